@@ -1,0 +1,42 @@
+"""python -m autograder {build,grade} — see README.md, "For instructors"."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from autograder import course
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m autograder", description="Build and grade the course's exercise notebooks.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("build", help="regenerate chapters/*/exercises.ipynb and the demo submissions from the instructor sources")
+    b.add_argument("--workdir", type=Path, default=course.ROOT / "grading" / "build", help="nbgrader working directory (default: grading/build)")
+
+    g = sub.add_parser("grade", help="autograde a folder <student>/<chapter-id>/exercises.ipynb")
+    g.add_argument("submissions", type=Path, help="folder of submissions, e.g. autograder/demo")
+    g.add_argument("--workdir", type=Path, default=course.ROOT / "grading" / "run", help="where the gradebook, feedback and CSVs go (default: grading/run)")
+    g.add_argument("--seed", type=int, default=None, help="seed for the hidden checks' inputs (default: a fresh random one, printed)")
+    g.add_argument("--device", default=None, help="torch device for the hidden checks (default: cuda if available, else cpu)")
+
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        from autograder import build, demo
+
+        build.clean_workdir(args.workdir)
+        for path in build.build_student_notebooks(args.workdir):
+            print(f"wrote {path.relative_to(course.ROOT)}")
+        for path in demo.write_demo():
+            print(f"wrote {path.relative_to(course.ROOT)}")
+        return 0
+    if args.command == "grade":
+        from autograder.grade import grade
+
+        results = grade(args.submissions, args.workdir, seed=args.seed, device=args.device)
+        return 0 if all(r.status == "graded" for r in results) else 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The nbgrader course configuration, built in Python so that every command uses the same settings.
+
+The course's runtime state (source/, release/, submitted/, autograded/, feedback/, gradebook.db) lives in
+a working directory outside git (default: grading/).
+"""
+
+import os
+import sys
+from pathlib import Path
+
+from traitlets.config import Config
+
+COURSE_ID = "transformer-course"
+CELL_TIMEOUT_S = 120  # per cell, while autograding
+
+
+def nbgrader_config(workdir: Path) -> Config:
+    workdir = Path(workdir).resolve()
+    c = Config()
+    c.CourseDirectory.root = str(workdir)
+    c.CourseDirectory.course_id = COURSE_ID
+    c.CourseDirectory.db_url = f"sqlite:///{workdir / 'gradebook.db'}"
+    c.CourseDirectory.notebook_id = "*"
+    c.Execute.timeout = CELL_TIMEOUT_S
+    c.Execute.interrupt_on_timeout = True
+    c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+    # The submitted notebook's check cells are replaced by the instructor's (hidden checks restored).
+    c.Autograde.exclude_overwriting = {}
+    c.CsvExportPlugin.to = str(workdir / "grades.csv")
+    return c
+
+
+def ensure_venv_on_path():
+    """nbgrader shells out to `alembic`, and kernels start as `python`: both must be this environment's."""
+    bin_dir = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+
+
+def nbgrader_api(workdir: Path):
+    ensure_venv_on_path()
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    config = nbgrader_config(workdir)
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    return NbGraderAPI(CourseDirectory(config=config), config=config)

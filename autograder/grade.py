@@ -1,0 +1,185 @@
+"""Grade a folder of submissions with nbgrader: <submissions>/<student>/<chapter-id>/exercises.ipynb.
+
+Steps, all through nbgrader's own API: generate the assignments (gradebook + instructor notebooks),
+register the students, autograde each submission (hidden checks restored, seeded at grading time),
+generate feedback HTML, export grades.csv; then print a summary table and write summary.csv with one
+row per graded cell and its diagnosis.
+"""
+
+import csv
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from tqdm import tqdm
+
+from autograder import course
+from autograder.build import generate_assignments
+from autograder.config import nbgrader_api, nbgrader_config
+
+STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass
+class CellResult:
+    grade_id: str
+    score: float
+    max_score: float
+    message: str = ""  # the diagnosis, when the cell lost points
+
+
+@dataclass
+class Result:
+    student: str
+    chapter: str
+    status: str  # "graded" or "error"
+    score: float = 0.0
+    max_score: float = 0.0
+    cells: list = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def first_problem(self) -> str:
+        if self.error:
+            return self.error
+        lost = [c for c in self.cells if c.score < c.max_score]
+        return f"{lost[0].grade_id}: {lost[0].message}" if lost else ""
+
+
+def discover(submissions: Path):
+    """[(student, chapter, notebook path)] and [problems with the folder layout]."""
+    jobs, problems = [], []
+    if not submissions.is_dir():
+        raise SystemExit(f"error: {submissions} is not a folder of submissions (<student>/<chapter-id>/exercises.ipynb)")
+    for student_dir in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        student = student_dir.name
+        if not STUDENT_ID.match(student):
+            problems.append(f"{student_dir}: skipped, student ids may use letters, digits, '_', '-', '.' only")
+            continue
+        for chapter_dir in sorted(p for p in student_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            notebook = chapter_dir / f"{course.NOTEBOOK}.ipynb"
+            if chapter_dir.name not in course.graded_chapters():
+                problems.append(f"{chapter_dir}: skipped, {chapter_dir.name!r} is not a chapter with exercises")
+            elif not notebook.is_file():
+                problems.append(f"{chapter_dir}: skipped, no {course.NOTEBOOK}.ipynb in it")
+            else:
+                jobs.append((student, chapter_dir.name, notebook))
+    return jobs, problems
+
+
+def _message(cell) -> str:
+    """The diagnosis in a check cell's error output: the 'Likely mistake' line, else the error's first line."""
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            text = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}".strip()
+            likely = [line for line in text.splitlines() if line.startswith("Likely mistake")]
+            return likely[0] if likely else text.splitlines()[0]
+    return ""
+
+
+def collect(workdir: Path, gradebook, student: str, chapter: str) -> Result:
+    submission = gradebook.find_submission(chapter, student)
+    autograded = workdir / "autograded" / student / chapter / f"{course.NOTEBOOK}.ipynb"
+    nb = nbformat.read(autograded, as_version=4)
+    messages = {c.metadata.get("nbgrader", {}).get("grade_id"): _message(c) for c in nb.cells}
+    cells = []
+    for notebook in submission.notebooks:
+        for grade in sorted(notebook.grades, key=lambda g: list(messages).index(g.name) if g.name in messages else 0):
+            cells.append(CellResult(grade.name, grade.score, grade.max_score, messages.get(grade.name, "")))
+    return Result(student, chapter, "graded", submission.score, submission.max_score, cells)
+
+
+def grade(submissions: Path, workdir: Path, seed=None, device=None, out=sys.stdout) -> list[Result]:
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins import CsvExportPlugin
+
+    submissions, workdir = Path(submissions).resolve(), Path(workdir).resolve()
+    jobs, problems = discover(submissions)
+    for problem in problems:
+        print(f"warning: {problem}", file=out)
+    if not jobs:
+        raise SystemExit(f"error: no submissions found in {submissions} (expected <student>/<chapter-id>/{course.NOTEBOOK}.ipynb)")
+
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    os.environ["COURSE_GRADING_SEED"] = str(seed)  # read by the hidden checks, inside each kernel
+    if device:
+        os.environ["COURSE_DEVICE"] = device
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(course.ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    print(f"Grading {len(jobs)} submission(s) from {submissions}; seed {seed}; device {device or 'auto'}; workdir {workdir}", file=out)
+
+    chapters = sorted({chapter for _, chapter, _ in jobs})
+    generate_assignments(workdir, chapters)
+    api = nbgrader_api(workdir)
+    config = nbgrader_config(workdir)
+    db_url = config.CourseDirectory.db_url
+    with Gradebook(db_url) as gradebook:
+        for student in sorted({student for student, _, _ in jobs}):
+            gradebook.update_or_create_student(student)
+
+    results = []
+    start = time.perf_counter()
+    progress = tqdm(jobs, desc="autograding", unit="notebook", file=sys.stderr, disable=None)
+    for student, chapter, notebook in progress:
+        progress.set_postfix_str(f"{student}/{chapter}")
+        target = workdir / "submitted" / student / chapter
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        shutil.copy2(notebook, target / notebook.name)
+        outcome = api.autograde(chapter, student, force=True, create=True)
+        if not outcome["success"]:
+            error = (outcome.get("error") or outcome.get("log") or "autograde failed").strip().splitlines()
+            results.append(Result(student, chapter, "error", error=error[-1] if error else "autograde failed"))
+            continue
+        feedback = api.generate_feedback(chapter, student, force=True)
+        with Gradebook(db_url) as gradebook:
+            result = collect(workdir, gradebook, student, chapter)
+        if not feedback["success"]:
+            result.error = "feedback could not be generated: " + (feedback.get("error") or "").strip()[-200:]
+        results.append(result)
+    elapsed = time.perf_counter() - start
+
+    with Gradebook(db_url) as gradebook:
+        CsvExportPlugin(config=config).export(gradebook)
+    write_summary_csv(workdir / "summary.csv", results)
+    (workdir / "last_run.json").write_text(json.dumps({"seed": seed, "device": device, "notebooks": len(jobs), "seconds": elapsed}))
+    print_table(results, out)
+    print(
+        f"\n{len(jobs)} notebook(s) in {elapsed:.1f} s ({elapsed / len(jobs):.2f} s per notebook).\n"
+        f"grades:   {workdir / 'grades.csv'}\nsummary:  {workdir / 'summary.csv'}\nfeedback: {workdir / 'feedback'}/<student>/<chapter>/{course.NOTEBOOK}.html",
+        file=out,
+    )
+    return results
+
+
+def write_summary_csv(path: Path, results):
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student", "chapter", "status", "cell", "score", "max_score", "message"])
+        for r in results:
+            if r.status != "graded":
+                writer.writerow([r.student, r.chapter, r.status, "", 0, "", r.error])
+            for c in r.cells:
+                writer.writerow([r.student, r.chapter, r.status, c.grade_id, c.score, c.max_score, c.message])
+
+
+def print_table(results, out=sys.stdout, width=70):
+    rows = [("student", "chapter", "score", "status", "first problem")]
+    for r in results:
+        problem = r.first_problem
+        problem = problem if len(problem) <= width else problem[: width - 1] + "…"
+        score = f"{r.score:g}/{r.max_score:g}" if r.status == "graded" else "-"
+        rows.append((r.student, r.chapter, score, r.status, problem))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    print(file=out)
+    for i, row in enumerate(rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths)) + "  " + row[4], file=out)
+        if i == 0:
+            print("  ".join("-" * w for w in widths) + "  " + "-" * 13, file=out)
