@@ -102,12 +102,14 @@ def mistakes(reference, variants: dict, *args, index=None, **kwargs) -> str:
     return "{\n" + "\n".join(entries) + "\n}" if entries else "{}"
 
 
-def render_source(chapter_id: str) -> str:
+def render_source(chapter_id: str, template_text: str | None = None) -> str:
     name = course.module_name(chapter_id)
     reference = importlib.import_module(f"solutions.{name}")
     checks = importlib.import_module(f"autograder.checks.{name}")
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    template = env.from_string(course.instructor_source(chapter_id).read_text(encoding="utf-8"))
+    if template_text is None:
+        template_text = course.instructor_source(chapter_id).read_text(encoding="utf-8")
+    template = env.from_string(template_text)
     helpers = (course.ROOT / "autograder" / "nbchecks.py").read_text(encoding="utf-8")
     return template.render(
         check_helpers=helpers.strip(),
@@ -129,9 +131,9 @@ _KINDS = {
 }
 
 
-def instructor_notebook(chapter_id: str) -> nbformat.NotebookNode:
+def instructor_notebook(chapter_id: str, template_text: str | None = None) -> nbformat.NotebookNode:
     """The rendered instructor notebook, with nbgrader metadata and deterministic cell ids."""
-    nb = jupytext.reads(render_source(chapter_id), fmt="md:myst")
+    nb = jupytext.reads(render_source(chapter_id, template_text), fmt="md:myst")
     nb.metadata = nbformat.from_dict(
         {
             "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},

@@ -50,7 +50,7 @@ class Result:
         if self.error:
             return self.error
         lost = [c for c in self.cells if c.score < c.max_score]
-        return f"{lost[0].grade_id}: {lost[0].message}" if lost else ""
+        return f"{lost[0].message} [{lost[0].grade_id}]" if lost else ""
 
 
 def discover(submissions: Path):
@@ -80,7 +80,11 @@ def _message(cell) -> str:
         if output.get("output_type") == "error":
             text = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}".strip()
             likely = [line for line in text.splitlines() if line.startswith("Likely mistake")]
-            return likely[0] if likely else text.splitlines()[0]
+            if likely:
+                return likely[0]
+            if "this mistake: " in text:  # a visible check that recognised the mistake
+                return "Likely mistake: " + text.split("this mistake: ", 1)[1].splitlines()[0]
+            return text.splitlines()[0]
     return ""
 
 
@@ -170,7 +174,7 @@ def write_summary_csv(path: Path, results):
                 writer.writerow([r.student, r.chapter, r.status, c.grade_id, c.score, c.max_score, c.message])
 
 
-def print_table(results, out=sys.stdout, width=70):
+def print_table(results, out=sys.stdout, width=90):
     rows = [("student", "chapter", "score", "status", "first problem")]
     for r in results:
         problem = r.first_problem

@@ -1,0 +1,148 @@
+"""The checkers themselves: each must pass the reference AND fail, with the right diagnosis, on wrong code."""
+
+import math
+
+import pytest
+import torch
+
+from autograder import nbchecks
+from autograder.checks import ch02_qkv_attention as checks
+from solutions import ch02_qkv_attention as ref
+
+# --- Hidden checks ---------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize(
+    "check,reference",
+    [
+        (checks.check_stable_softmax, ref.stable_softmax),
+        (checks.check_scaled_dot_product_attention, ref.scaled_dot_product_attention),
+        (checks.check_self_attention, ref.self_attention),
+        (checks.check_dot_product_variance, ref.dot_product_variance),
+    ],
+)
+def test_hidden_checks_pass_the_reference(check, reference):
+    check(reference)
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("description", list(checks.SDPA_MISTAKES))
+def test_hidden_sdpa_check_names_each_mistake(description):
+    with pytest.raises(AssertionError) as failure:
+        checks.check_scaled_dot_product_attention(checks.SDPA_MISTAKES[description])
+    # K-not-transposed fails with a shape error on non-square inputs: named through its error hint instead.
+    expected = "K is not transposed" if "K is not transposed" in description else description
+    assert expected in str(failure.value)
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("description", list(checks.SELF_ATTENTION_MISTAKES)[:2])
+def test_hidden_self_attention_check_names_each_mistake(description):
+    with pytest.raises(AssertionError) as failure:
+        checks.check_self_attention(checks.SELF_ATTENTION_MISTAKES[description])
+    assert description in str(failure.value)
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("description", list(checks.STABILITY_MISTAKES) + list(checks.SOFTMAX_MISTAKES))
+def test_hidden_softmax_check_names_each_mistake(description):
+    wrong = {**checks.STABILITY_MISTAKES, **checks.SOFTMAX_MISTAKES}[description]
+    with pytest.raises(AssertionError) as failure:
+        checks.check_stable_softmax(wrong)
+    assert description in str(failure.value)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_meta_pass_catches_a_mask_created_on_the_cpu():
+    def sdpa_with_cpu_tensor(q, k, v, mask=None):
+        # A typical device bug: a tensor made on the CPU regardless of where q lives.
+        out, weights = ref.scaled_dot_product_attention(q, k, v, mask)
+        keep = torch.ones(weights.shape[-2:], dtype=torch.bool)  # no device=q.device
+        return out, weights.masked_fill(~keep, 0.0)
+
+    with pytest.raises(AssertionError, match="device"):
+        checks.check_scaled_dot_product_attention(sdpa_with_cpu_tensor)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_dtype_loss_is_reported():
+    def softmax_in_float32(x, dim=-1):
+        return ref.stable_softmax(x.float(), dim)
+
+    with pytest.raises(AssertionError, match="dtype"):
+        checks.check_stable_softmax(softmax_in_float32)
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize(
+    "wrong,message",
+    [
+        (lambda d_k, n, g: (1.0, 1.0 / d_k), "expected about d_k"),
+        (lambda d_k, n, g: ref.dot_product_variance(d_k, n, None), "same generator"),
+        (lambda d_k, n, g: (lambda r: (r[0], r[0] / d_k**2))(ref.dot_product_variance(d_k, n, g)), "divide by sqrt(d_k), not d_k"),
+        (lambda d_k, n, g: torch.tensor(ref.dot_product_variance(d_k, n, g)), "tuple of two Python floats"),
+    ],
+)
+def test_variance_check_fails_on_wrong_experiments(wrong, message):
+    with pytest.raises(AssertionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        checks.check_dot_product_variance(wrong)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_hidden_checks_use_the_grading_seed(monkeypatch):
+    inputs = {}
+
+    def spy(x, dim=-1):
+        inputs.setdefault(len(inputs), x.clone())
+        return ref.stable_softmax(x, dim)
+
+    checks.check_stable_softmax(spy)
+    first = inputs[0]
+    inputs.clear()
+    monkeypatch.setenv("COURSE_GRADING_SEED", "8")
+    checks.check_stable_softmax(spy)
+    assert not torch.equal(first, inputs[0]), "a new grading seed must give new inputs"
+
+
+# --- Visible-check helpers (copied into every notebook) ---------------------------------------------
+
+
+def test_expect_close_passes_on_right_and_names_a_known_mistake():
+    expected = torch.tensor([0.2, 0.3, 0.5])
+    nbchecks.expect_close(expected + 1e-6, expected, "w")
+    wrong = torch.tensor([0.5, 0.3, 0.2])
+    with pytest.raises(nbchecks.CheckFailed, match="reversed"):
+        nbchecks.expect_close(wrong, expected, "w", mistakes={"reversed": wrong.clone()})
+    with pytest.raises(nbchecks.CheckFailed, match="largest difference"):
+        nbchecks.expect_close(torch.tensor([0.1, 0.1, 0.8]), expected, "w", mistakes={"reversed": wrong})
+
+
+def test_expect_attention_weights_reports_rows_not_summing_to_one():
+    expected = torch.tensor([[0.5, 0.5], [0.25, 0.75]])
+    nbchecks.expect_attention_weights(expected.clone(), expected)
+    with pytest.raises(nbchecks.CheckFailed, match="sum to 1"):
+        nbchecks.expect_attention_weights(torch.tensor([[0.5, 0.0], [0.25, 0.75]]), expected)
+
+
+def test_expect_shape_and_near():
+    nbchecks.expect_shape(torch.zeros(2, 3), (2, 3), "x")
+    with pytest.raises(nbchecks.CheckFailed, match=r"shape \(3, 2\)"):
+        nbchecks.expect_shape(torch.zeros(3, 2), (2, 3), "x")
+    nbchecks.expect_near(63.0, 64.0, "v", rel=0.08)
+    with pytest.raises(nbchecks.CheckFailed, match="expected about 64"):
+        nbchecks.expect_near(1.0, 64.0, "v", rel=0.08)
+    with pytest.raises(nbchecks.CheckFailed, match="Python float"):
+        nbchecks.expect_near(torch.tensor(64.0), 64.0, "v")
+
+
+def test_call_turns_exceptions_into_diagnoses():
+    def not_done(x):
+        raise NotImplementedError()
+
+    with pytest.raises(nbchecks.CheckFailed, match="not implemented yet"):
+        nbchecks.call(not_done, 1)
+    q = torch.randn(3, 2)
+    with pytest.raises(nbchecks.CheckFailed, match="K is not transposed"):
+        nbchecks.call(checks._sdpa_k_not_transposed, q, q, q, error_hints=checks.ERROR_HINTS)
+    assert math.isclose(nbchecks.call(lambda x: x + 1, 1), 2)
