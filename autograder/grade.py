@@ -14,6 +14,7 @@ import secrets
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +52,19 @@ class Result:
             return self.error
         lost = [c for c in self.cells if c.score < c.max_score]
         return f"{lost[0].message} [{lost[0].grade_id}]" if lost else ""
+
+
+def _failure_reason(outcome) -> str:
+    """The most telling line of a failed nbgrader run: its last exception that is not nbgrader's wrapper."""
+    text = "\n".join(filter(None, [outcome.get("log"), outcome.get("error")]))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [
+        line for line in lines
+        if re.match(r"^[\w.]*(Error|Exception|Timeout)\w*:", line) and "NbGraderException" not in line
+    ]
+    if errors:
+        return errors[-1][:500]
+    return lines[-1][:500] if lines else "autograde failed without a message"
 
 
 def discover(submissions: Path):
@@ -103,6 +117,10 @@ def collect(workdir: Path, gradebook, student: str, chapter: str) -> Result:
 def grade(submissions: Path, workdir: Path, seed=None, device=None, out=sys.stdout) -> list[Result]:
     from nbgrader.api import Gradebook
     from nbgrader.plugins import CsvExportPlugin
+    from sqlalchemy.exc import SAWarning
+
+    # nbgrader 0.9.6 itself triggers these SQLAlchemy autoflush warnings on every autograde; they are harmless.
+    warnings.filterwarnings("ignore", category=SAWarning, module=r"nbgrader\.")
 
     submissions, workdir = Path(submissions).resolve(), Path(workdir).resolve()
     jobs, problems = discover(submissions)
@@ -139,8 +157,7 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, out=sys.stdo
         shutil.copy2(notebook, target / notebook.name)
         outcome = api.autograde(chapter, student, force=True, create=True)
         if not outcome["success"]:
-            error = (outcome.get("error") or outcome.get("log") or "autograde failed").strip().splitlines()
-            results.append(Result(student, chapter, "error", error=error[-1] if error else "autograde failed"))
+            results.append(Result(student, chapter, "error", error=_failure_reason(outcome)))
             continue
         feedback = api.generate_feedback(chapter, student, force=True)
         with Gradebook(db_url) as gradebook:
