@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from autograder import course
+from autograder.config import CELL_TIMEOUT_S
 
 
 def main(argv=None):
@@ -18,6 +19,7 @@ def main(argv=None):
     g.add_argument("submissions", type=Path, help="folder of submissions, e.g. autograder/demo")
     g.add_argument("--workdir", type=Path, default=course.ROOT / "grading" / "run", help="where the gradebook, feedback and CSVs go (default: grading/run)")
     g.add_argument("--seed", type=int, default=None, help="seed for the hidden checks' inputs (default: a fresh random one, printed)")
+    g.add_argument("--cell-timeout", type=int, default=CELL_TIMEOUT_S, help=f"seconds a cell may run before it is interrupted (default {CELL_TIMEOUT_S})")
     g.add_argument("--device", default=None, help="torch device for the hidden checks (default: cuda if available, else cpu)")
 
     args = parser.parse_args(argv)
@@ -33,7 +35,7 @@ def main(argv=None):
     if args.command == "grade":
         from autograder.grade import grade
 
-        results = grade(args.submissions, args.workdir, seed=args.seed, device=args.device)
+        results = grade(args.submissions, args.workdir, seed=args.seed, device=args.device, cell_timeout=args.cell_timeout)
         return 0 if all(r.status == "graded" for r in results) else 1
     return 2
 

@@ -11,17 +11,17 @@ from pathlib import Path
 from traitlets.config import Config
 
 COURSE_ID = "transformer-course"
-CELL_TIMEOUT_S = 120  # per cell, while autograding
+CELL_TIMEOUT_S = 30  # per cell while autograding; checks take about a second
 
 
-def nbgrader_config(workdir: Path) -> Config:
+def nbgrader_config(workdir: Path, cell_timeout: int = CELL_TIMEOUT_S) -> Config:
     workdir = Path(workdir).resolve()
     c = Config()
     c.CourseDirectory.root = str(workdir)
     c.CourseDirectory.course_id = COURSE_ID
     c.CourseDirectory.db_url = f"sqlite:///{workdir / 'gradebook.db'}"
     c.CourseDirectory.notebook_id = "*"
-    c.Execute.timeout = CELL_TIMEOUT_S
+    c.Execute.timeout = cell_timeout
     c.Execute.interrupt_on_timeout = True
     c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
     # The submitted notebook's check cells are replaced by the instructor's (hidden checks restored).
@@ -37,11 +37,11 @@ def ensure_venv_on_path():
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
 
 
-def nbgrader_api(workdir: Path):
+def nbgrader_api(workdir: Path, cell_timeout: int = CELL_TIMEOUT_S):
     ensure_venv_on_path()
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
-    config = nbgrader_config(workdir)
+    config = nbgrader_config(workdir, cell_timeout)
     Path(workdir).mkdir(parents=True, exist_ok=True)
     return NbGraderAPI(CourseDirectory(config=config), config=config)

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from autograder import course
 from autograder.build import generate_assignments
-from autograder.config import nbgrader_api, nbgrader_config
+from autograder.config import CELL_TIMEOUT_S, nbgrader_api, nbgrader_config
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -54,6 +54,21 @@ class Result:
         return f"{lost[0].message} [{lost[0].grade_id}]" if lost else ""
 
 
+# Errors whose raw text says little to an instructor or a learner.
+EXPLAINED = {
+    "KeyboardInterrupt": "the cell ran past the time limit and was interrupted (an endless loop?)",
+    "DeadKernelError": "the notebook's kernel died (the code crashed it, exited, or ran out of memory)",
+    "NotJSONError": "the file is not a valid notebook (not JSON)",
+}
+
+
+def _explain(text: str) -> str:
+    for name, explanation in EXPLAINED.items():
+        if name in text:
+            return f"{explanation} [{text}]"
+    return text
+
+
 def _failure_reason(outcome) -> str:
     """The most telling line of a failed nbgrader run: its last exception that is not nbgrader's wrapper."""
     text = "\n".join(filter(None, [outcome.get("log"), outcome.get("error")]))
@@ -63,7 +78,7 @@ def _failure_reason(outcome) -> str:
         if re.match(r"^[\w.]*(Error|Exception|Timeout)\w*:", line) and "NbGraderException" not in line
     ]
     if errors:
-        return errors[-1][:500]
+        return _explain(errors[-1][:500])
     return lines[-1][:500] if lines else "autograde failed without a message"
 
 
@@ -98,7 +113,7 @@ def _message(cell) -> str:
                 return likely[0]
             if "this mistake: " in text:  # a visible check that recognised the mistake
                 return "Likely mistake: " + text.split("this mistake: ", 1)[1].splitlines()[0]
-            return text.splitlines()[0]
+            return _explain(text.splitlines()[0])
     return ""
 
 
@@ -114,7 +129,7 @@ def collect(workdir: Path, gradebook, student: str, chapter: str) -> Result:
     return Result(student, chapter, "graded", submission.score, submission.max_score, cells)
 
 
-def grade(submissions: Path, workdir: Path, seed=None, device=None, out=sys.stdout) -> list[Result]:
+def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout=CELL_TIMEOUT_S, out=sys.stdout) -> list[Result]:
     from nbgrader.api import Gradebook
     from nbgrader.plugins import CsvExportPlugin
     from sqlalchemy.exc import SAWarning
@@ -138,8 +153,8 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, out=sys.stdo
 
     chapters = sorted({chapter for _, chapter, _ in jobs})
     generate_assignments(workdir, chapters)
-    api = nbgrader_api(workdir)
-    config = nbgrader_config(workdir)
+    api = nbgrader_api(workdir, cell_timeout)
+    config = nbgrader_config(workdir, cell_timeout)
     db_url = config.CourseDirectory.db_url
     with Gradebook(db_url) as gradebook:
         for student in sorted({student for student, _, _ in jobs}):

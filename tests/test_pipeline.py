@@ -109,3 +109,37 @@ def test_cli_rejects_a_folder_without_submissions(tmp_path):
     result = run_python("-m", "autograder", "grade", str(tmp_path), "--workdir", str(tmp_path / "work"))
     assert result.returncode != 0
     assert "no submissions found" in result.stderr + result.stdout
+
+
+def test_broken_submissions_get_a_clear_status_and_the_batch_goes_on(tmp_path):
+    """Bad input loses nothing: each broken notebook gets its own status; the good one keeps full marks."""
+    submissions = tmp_path / "submissions"
+
+    def put(student, text):
+        path = submissions / student / CHAPTER / "exercises.ipynb"
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+
+    def with_edit(grade_id, edit):
+        nb = demo.filled_submission(CHAPTER)
+        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+        cell.source = edit(cell.source)
+        return nbformat.writes(nb)
+
+    put("good", nbformat.writes(demo.filled_submission(CHAPTER)))
+    put("malformed", '{"cells": [')
+    put("crashes", with_edit("stable_softmax", lambda s: "import os\nos._exit(1)\n" + s))
+    put("loops", with_edit("dot_product_variance", lambda s: s.replace("    q = torch.randn", "    while True:\n        pass\n    q = torch.randn", 1)))
+
+    workdir = tmp_path / "work"
+    result = run_python("-m", "autograder", "grade", str(submissions), "--workdir", str(workdir), "--cell-timeout", "5")
+    assert result.returncode == 1, "a batch with ungradable notebooks must exit non-zero"
+    rows = read_summary(workdir)
+    assert set(rows) == {"good", "malformed", "crashes", "loops"}
+    assert all(float(r["score"]) == float(r["max_score"]) for r in rows["good"].values())
+    assert "not a valid notebook" in rows["malformed"][""]["message"]
+    assert "kernel died" in rows["crashes"][""]["message"]
+    loops = rows["loops"]
+    assert "time limit" in loops["dot_product_variance_visible"]["message"]
+    assert float(loops["dot_product_variance_visible"]["score"]) == 0
+    assert float(loops["stable_softmax_hidden"]["score"]) == 2, "cells before the endless loop keep their points"
