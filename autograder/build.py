@@ -119,6 +119,8 @@ def render_source(chapter_id: str, template_text: str | None = None) -> str:
         mistakes=mistakes,
         ref=reference,
         checks=checks,
+        math=math,
+        torch=torch,
     )
 
 

@@ -58,6 +58,23 @@ def test_student_notebook_hides_solutions_and_hidden_checks():
     assert points == 13
 
 
+def test_points_announced_in_headings_match_the_graded_cells():
+    """'## 2. ... (5 points)' must equal the points of the graded cells up to the next heading."""
+    import re
+
+    nb = nbformat.read(course.student_notebook(CHAPTER), as_version=4)
+    sections = []  # [announced points, points of the cells in the section]
+    for cell in nb.cells:
+        heading = re.match(r"^## .*\((\d+) points?\)", cell.source) if cell.cell_type == "markdown" else None
+        if heading:
+            sections.append([int(heading.group(1)), 0])
+        elif cell.metadata.get("nbgrader", {}).get("grade"):
+            assert sections, f"graded cell {cell.metadata.nbgrader.grade_id} comes before any exercise heading"
+            sections[-1][1] += cell.metadata.nbgrader.points
+    assert len(sections) == 4
+    assert all(announced == actual for announced, actual in sections), f"(announced, actual) per section: {sections}"
+
+
 def test_visible_checks_do_not_import_the_course():
     """Visible checks must run with torch alone: no import of solutions or autograder in the student notebook."""
     nb = nbformat.read(course.student_notebook(CHAPTER), as_version=4)

@@ -146,3 +146,13 @@ def test_call_turns_exceptions_into_diagnoses():
     with pytest.raises(nbchecks.CheckFailed, match="K is not transposed"):
         nbchecks.call(checks._sdpa_k_not_transposed, q, q, q, error_hints=checks.ERROR_HINTS)
     assert math.isclose(nbchecks.call(lambda x: x + 1, 1), 2)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_learner_editing_inputs_in_place_cannot_change_the_expected_values():
+    def sdpa_scaling_q_in_place(q, k, v, mask=None):
+        q /= 2.0  # wrong, and it edits the caller's tensor
+        return ref.scaled_dot_product_attention(q, k, v, mask)
+
+    with pytest.raises(AssertionError, match="wrong values"):
+        checks.check_scaled_dot_product_attention(sdpa_scaling_q_in_place)

@@ -49,9 +49,11 @@ class Case:
     kwargs: dict = field(default_factory=dict)
 
     def to(self, device, dtype):
+        """A copy on `device`, floating tensors in `dtype`; always fresh tensors, so in-place edits stay local."""
+
         def move(a):
             if isinstance(a, torch.Tensor):
-                return a.to(device=device, dtype=dtype if a.is_floating_point() else a.dtype)
+                return a.to(device=device, dtype=dtype if a.is_floating_point() else a.dtype).clone()
             return a
 
         return Case(self.label, tuple(move(a) for a in self.args), {k: move(v) for k, v in self.kwargs.items()})
@@ -105,7 +107,7 @@ def compare_with_reference(fn, reference, cases, names, mistakes=None, error_hin
         for dtype in DTYPES:
             case = base.to(device, dtype)
             expected = _as_tuple(reference(*case.args, **case.kwargs))
-            got = _as_tuple(run_learner(fn, case, error_hints))
+            got = _as_tuple(run_learner(fn, base.to(device, dtype), error_hints))
             if len(got) != len(expected):
                 raise AssertionError(f"{fn_name} should return {len(expected)} value(s) ({', '.join(names)}), got {len(got)}.")
             for what, g, e in zip(names, got, expected):
