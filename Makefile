@@ -10,13 +10,22 @@ export PATH := $(BIN):$(PATH)
 export PYTHONPATH := $(CURDIR)
 export MPLBACKEND := Agg
 
-.PHONY: book test notebooks grade-demo bench clean
+.PHONY: book test notebooks grade-demo bench clean lock
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
 	touch $@
+
+# Re-pin every transitive dependency after a change to requirements.txt (then run `make test`).
+lock:
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	{ echo "# Exact versions of everything requirements.txt pulls in, as last tested (Python 3.11, Linux x86-64)."; \
+	  echo "# Regenerate with \`make lock\` after changing requirements.txt. torch is pinned in requirements.txt."; \
+	  $(BIN)/python -m pip freeze | grep -v -i -E '^torch=='; } > constraints.txt
+	touch $(VENV)/.installed
 
 book: $(VENV)/.installed
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
