@@ -35,7 +35,10 @@ def main(argv=None):
     if args.command == "grade":
         from autograder.grade import grade
 
-        results = grade(args.submissions, args.workdir, seed=args.seed, device=args.device, cell_timeout=args.cell_timeout)
+        try:
+            results = grade(args.submissions, args.workdir, seed=args.seed, device=args.device, cell_timeout=args.cell_timeout)
+        except KeyboardInterrupt:
+            return 130
         return 0 if all(r.status == "graded" for r in results) else 1
     return 2
 

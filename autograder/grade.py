@@ -12,6 +12,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import sys
 import time
 import warnings
@@ -160,39 +161,79 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
         for student in sorted({student for student, _, _ in jobs}):
             gradebook.update_or_create_student(student)
 
-    results = []
+    results, timings = [], {"autograde": 0.0, "feedback": 0.0}
     start = time.perf_counter()
     progress = tqdm(jobs, desc="autograding", unit="notebook", file=sys.stderr, disable=None)
-    for student, chapter, notebook in progress:
-        progress.set_postfix_str(f"{student}/{chapter}")
-        target = workdir / "submitted" / student / chapter
-        if target.exists():
-            shutil.rmtree(target)
-        target.mkdir(parents=True)
-        shutil.copy2(notebook, target / notebook.name)
-        outcome = api.autograde(chapter, student, force=True, create=True)
-        if not outcome["success"]:
-            results.append(Result(student, chapter, "error", error=_failure_reason(outcome)))
-            continue
-        feedback = api.generate_feedback(chapter, student, force=True)
-        with Gradebook(db_url) as gradebook:
-            result = collect(workdir, gradebook, student, chapter)
-        if not feedback["success"]:
-            result.error = "feedback could not be generated: " + (feedback.get("error") or "").strip()[-200:]
-        results.append(result)
+    # nbgrader's API swallows KeyboardInterrupt, so Ctrl-C only asks to stop after the current notebook;
+    # a second Ctrl-C stops at once.
+    interrupted = []
+
+    def request_stop(signum, frame):
+        interrupted.append(signum)
+        print("\nStopping after the current notebook (Ctrl-C again to stop now)...", file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous_handler = signal.signal(signal.SIGINT, request_stop)
+    print("Autograding (Ctrl-C stops after the current notebook and keeps what is done).", file=out, flush=True)
+    try:
+        for student, chapter, notebook in progress:
+            if interrupted:
+                break
+            progress.set_postfix_str(f"{student}/{chapter}")
+            results.append(grade_one(api, db_url, workdir, student, chapter, notebook, timings))
+    except KeyboardInterrupt:
+        interrupted.append(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+        progress.close()
     elapsed = time.perf_counter() - start
 
+    # Whatever happened above, everything graded so far is in the gradebook and goes into the reports.
     with Gradebook(db_url) as gradebook:
         CsvExportPlugin(config=config).export(gradebook)
     write_summary_csv(workdir / "summary.csv", results)
-    (workdir / "last_run.json").write_text(json.dumps({"seed": seed, "device": device, "notebooks": len(jobs), "seconds": elapsed}))
+    run = {"seed": seed, "device": device, "notebooks": len(results), "seconds": elapsed, "seconds_by_step": timings}
+    (workdir / "last_run.json").write_text(json.dumps(run, indent=1))
     print_table(results, out)
+    per_notebook = elapsed / max(len(results), 1)
     print(
-        f"\n{len(jobs)} notebook(s) in {elapsed:.1f} s ({elapsed / len(jobs):.2f} s per notebook).\n"
+        f"\n{len(results)} notebook(s) in {elapsed:.1f} s ({per_notebook:.2f} s per notebook: "
+        f"autograde {timings['autograde']:.1f} s, feedback {timings['feedback']:.1f} s in all).\n"
         f"grades:   {workdir / 'grades.csv'}\nsummary:  {workdir / 'summary.csv'}\nfeedback: {workdir / 'feedback'}/<student>/<chapter>/{course.NOTEBOOK}.html",
         file=out,
     )
+    if interrupted:
+        print(
+            f"\nInterrupted after {len(results)} of {len(jobs)} notebook(s). The results above are saved; "
+            "run the same command again to grade the whole folder.",
+            file=out,
+        )
+        raise KeyboardInterrupt
     return results
+
+
+def grade_one(api, db_url, workdir: Path, student: str, chapter: str, notebook: Path, timings: dict) -> Result:
+    """Autograde one submission and generate its feedback; any failure becomes the Result's status."""
+    from nbgrader.api import Gradebook
+
+    target = workdir / "submitted" / student / chapter
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    shutil.copy2(notebook, target / notebook.name)
+    t0 = time.perf_counter()
+    outcome = api.autograde(chapter, student, force=True, create=True)
+    timings["autograde"] += time.perf_counter() - t0
+    if not outcome["success"]:
+        return Result(student, chapter, "error", error=_failure_reason(outcome))
+    t0 = time.perf_counter()
+    feedback = api.generate_feedback(chapter, student, force=True)
+    timings["feedback"] += time.perf_counter() - t0
+    with Gradebook(db_url) as gradebook:
+        result = collect(workdir, gradebook, student, chapter)
+    if not feedback["success"]:
+        result.error = "feedback could not be generated: " + _failure_reason(feedback)
+    return result
 
 
 def write_summary_csv(path: Path, results):

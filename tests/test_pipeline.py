@@ -143,3 +143,30 @@ def test_broken_submissions_get_a_clear_status_and_the_batch_goes_on(tmp_path):
     assert "time limit" in loops["dot_product_variance_visible"]["message"]
     assert float(loops["dot_product_variance_visible"]["score"]) == 0
     assert float(loops["stable_softmax_hidden"]["score"]) == 2, "cells before the endless loop keep their points"
+
+
+def test_ctrl_c_stops_after_the_current_notebook_and_keeps_the_results(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1",
+           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    workdir = tmp_path / "work"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autograder", "grade", str(demo.DEMO_DIR), "--workdir", str(workdir), "--seed", "1"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    for line in proc.stdout:
+        if line.startswith("Autograding"):
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Interrupted after 1 of 4" in out
+    rows = read_summary(workdir)
+    assert list(rows) == ["alice"], "the notebook in progress is finished and saved, the rest are not started"
+    assert "alice" in (workdir / "grades.csv").read_text()
