@@ -12,6 +12,7 @@ import importlib
 import inspect
 import json
 import math
+import pprint
 import shutil
 from pathlib import Path
 
@@ -66,15 +67,19 @@ def _number(x) -> str:
     return f"{x:.8g}" if "e" in f"{x:.8g}" or "." in f"{x:.8g}" else f"{x:.8g}.0"
 
 
-def literal(t: torch.Tensor) -> str:
-    """Python source that recreates tensor t (values to 8 significant digits)."""
-    if t.dtype == torch.bool:
-        return f"torch.tensor({t.tolist()})"
+def literal(t: torch.Tensor, indent: str = "") -> str:
+    """Python source that recreates tensor t (values to 8 significant digits); matrices one row per line."""
+    dtype = "" if t.dtype == torch.bool else f", dtype=torch.{str(t.dtype).replace('torch.', '')}"
 
     def nested(v):
-        return "[" + ", ".join(nested(x) for x in v) + "]" if isinstance(v, list) else _number(v)
+        if not isinstance(v, list):
+            return str(v) if isinstance(v, bool) else _number(v)
+        return "[" + ", ".join(nested(x) for x in v) + "]"
 
-    return f"torch.tensor({nested(t.tolist())}, dtype=torch.{str(t.dtype).replace('torch.', '')})"
+    if t.dim() < 2:
+        return f"torch.tensor({nested(t.tolist())}{dtype})"
+    rows = "".join(f"{indent}    {nested(row)},\n" for row in t.tolist())
+    return f"torch.tensor([\n{rows}{indent}]{dtype})"
 
 
 def mistakes(reference, variants: dict, *args, index=None, **kwargs) -> str:
@@ -98,7 +103,7 @@ def mistakes(reference, variants: dict, *args, index=None, **kwargs) -> str:
         if any(w.shape == wrong.shape and torch.allclose(w, wrong, equal_nan=True, atol=1e-6) for w in seen):
             continue
         seen.append(wrong)
-        entries.append(f"    {description!r}: {literal(wrong)},")
+        entries.append(f"    {description!r}: {literal(wrong, indent='    ')},")
     return "{\n" + "\n".join(entries) + "\n}" if entries else "{}"
 
 
@@ -117,6 +122,7 @@ def render_source(chapter_id: str, template_text: str | None = None) -> str:
         tensor=tensor,
         literal=literal,
         mistakes=mistakes,
+        pretty=lambda obj: pprint.pformat(obj, width=110, sort_dicts=False),
         ref=reference,
         checks=checks,
         math=math,
