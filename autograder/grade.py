@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from autograder import course
 from autograder.build import generate_assignments
-from autograder.config import CELL_TIMEOUT_S, nbgrader_api, nbgrader_config
+from autograder.config import CELL_TIMEOUT_S, nbgrader_api
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -155,8 +155,7 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
     chapters = sorted({chapter for _, chapter, _ in jobs})
     generate_assignments(workdir, chapters)
     api = nbgrader_api(workdir, cell_timeout)
-    config = nbgrader_config(workdir, cell_timeout)
-    db_url = config.CourseDirectory.db_url
+    db_url = api.coursedir.db_url
     with Gradebook(db_url) as gradebook:
         for student in sorted({student for student, _, _ in jobs}):
             gradebook.update_or_create_student(student)
@@ -190,7 +189,7 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
 
     # Whatever happened above, everything graded so far is in the gradebook and goes into the reports.
     with Gradebook(db_url) as gradebook:
-        CsvExportPlugin(config=config).export(gradebook)
+        CsvExportPlugin(config=api.config).export(gradebook)
     write_summary_csv(workdir / "summary.csv", results)
     run = {"seed": seed, "device": device, "notebooks": len(results), "seconds": elapsed, "seconds_by_step": timings}
     (workdir / "last_run.json").write_text(json.dumps(run, indent=1))

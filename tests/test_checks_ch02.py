@@ -144,7 +144,7 @@ def test_call_turns_exceptions_into_diagnoses():
         nbchecks.call(not_done, 1)
     q = torch.randn(3, 2)
     with pytest.raises(nbchecks.CheckFailed, match="K is not transposed"):
-        nbchecks.call(checks._sdpa_k_not_transposed, q, q, q, error_hints=checks.ERROR_HINTS)
+        nbchecks.call(checks.SDPA_MISTAKES["K is not transposed: the scores are Q Kᵀ, not Q K"], q, q, q, error_hints=checks.ERROR_HINTS)
     assert math.isclose(nbchecks.call(lambda x: x + 1, 1), 2)
 
 

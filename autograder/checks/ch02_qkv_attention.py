@@ -21,23 +21,15 @@ def _naive_softmax(x, dim=-1):
     return e / e.sum(dim=dim, keepdim=True)
 
 
-def _sdpa_variant(q, k, v, mask=None, softmax_dim=-1, scale=None, invert_mask=False, mask_after=False):
+def _sdpa_variant(q, k, v, mask=None, softmax_dim=-1, scale=None, invert_mask=False, mask_after=False, transpose_k=True):
     scale = math.sqrt(q.size(-1)) if scale is None else scale
-    scores = q @ k.transpose(-2, -1) / scale
+    scores = q @ (k.transpose(-2, -1) if transpose_k else k) / scale
     keep = None if mask is None else (mask if not invert_mask else ~mask)
     if keep is not None and not mask_after:
         scores = scores.masked_fill(~keep, float("-inf"))
     weights = torch.softmax(scores, dim=softmax_dim)
     if keep is not None and mask_after:
         weights = weights.masked_fill(~keep, 0.0)
-    return weights @ v, weights
-
-
-def _sdpa_k_not_transposed(q, k, v, mask=None):
-    scores = q @ k / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
     return weights @ v, weights
 
 
@@ -54,7 +46,7 @@ SDPA_MISTAKES = {
     "scores divided by d_k instead of sqrt(d_k)": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, scale=q.size(-1)),
     "inverted mask: in this course True means 'may attend', so fill where the mask is False": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, invert_mask=True),
     "mask applied after the softmax: masked scores must become -inf before it, so each row still sums to 1": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, mask_after=True),
-    "K is not transposed: the scores are Q Kᵀ, not Q K": _sdpa_k_not_transposed,
+    "K is not transposed: the scores are Q Kᵀ, not Q K": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, transpose_k=False),
 }
 
 
