@@ -185,10 +185,10 @@ def write_instructor_sources(workdir: Path, chapters=None) -> list[str]:
     return chapters
 
 
-def generate_assignments(workdir: Path, chapters=None) -> list[str]:
+def generate_assignments(workdir: Path, chapters=None, api=None) -> list[str]:
     """Instructor sources -> nbgrader generate_assignment (fills the gradebook) -> <workdir>/release/."""
     chapters = write_instructor_sources(workdir, chapters)
-    api = nbgrader_api(workdir)
+    api = api or nbgrader_api(workdir)
     for chapter_id in chapters:
         result = api.generate_assignment(chapter_id, force=True, create=True)
         if not result["success"]:

@@ -30,11 +30,11 @@ def nbgrader_config(workdir: Path, cell_timeout: int = CELL_TIMEOUT_S) -> Config
     return c
 
 
-def write_config_file(workdir: Path, cell_timeout: int = CELL_TIMEOUT_S) -> Path:
+def write_config_file(workdir: Path, config: Config) -> Path:
     """Write <workdir>/nbgrader_config.py with the same settings, so nbgrader's own commands
     (`nbgrader autograde`, `nbgrader formgrader`, ...) work in the working directory too."""
     lines = ["# Written by `python -m autograder` from autograder/config.py; edits are overwritten.", "c = get_config()"]
-    for section, traits in nbgrader_config(workdir, cell_timeout).items():
+    for section, traits in config.items():
         for name, value in traits.items():
             lines.append(f"c.{section}.{name} = {value!r}")
     path = Path(workdir) / "nbgrader_config.py"
@@ -56,5 +56,5 @@ def nbgrader_api(workdir: Path, cell_timeout: int = CELL_TIMEOUT_S):
 
     config = nbgrader_config(workdir, cell_timeout)
     Path(workdir).mkdir(parents=True, exist_ok=True)
-    write_config_file(workdir, cell_timeout)
+    write_config_file(workdir, config)
     return NbGraderAPI(CourseDirectory(config=config), config=config)

@@ -80,7 +80,7 @@ def _failure_reason(outcome) -> str:
     ]
     if errors:
         return _explain(errors[-1][:500])
-    return lines[-1][:500] if lines else "autograde failed without a message"
+    return _explain(lines[-1][:500]) if lines else "autograde failed without a message"
 
 
 def discover(submissions: Path):
@@ -152,9 +152,8 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
     os.environ["PYTHONPATH"] = os.pathsep.join([str(course.ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     print(f"Grading {len(jobs)} submission(s) from {submissions}; seed {seed}; device {device or 'auto'}; workdir {workdir}", file=out)
 
-    chapters = sorted({chapter for _, chapter, _ in jobs})
-    generate_assignments(workdir, chapters)
     api = nbgrader_api(workdir, cell_timeout)
+    generate_assignments(workdir, sorted({chapter for _, chapter, _ in jobs}), api)
     db_url = api.coursedir.db_url
     with Gradebook(db_url) as gradebook:
         for student in sorted({student for student, _, _ in jobs}):

@@ -39,10 +39,10 @@ def make_submissions(folder: Path, chapter: str, n: int):
 
 def stock_nbgrader(workdir: Path, chapter: str) -> tuple[float, int]:
     """Time `nbgrader autograde` over every submitted notebook; return (seconds, notebooks with full marks)."""
-    env = dict(os.environ)  # the grader set PYTHONPATH, the seed and the device for the hidden checks
+    # The child inherits PYTHONPATH, the seed and the device that grade() set for the hidden checks.
     start = time.perf_counter()
     result = subprocess.run(
-        ["nbgrader", "autograde", chapter, "--force"], cwd=workdir, env=env, capture_output=True, text=True
+        ["nbgrader", "autograde", chapter, "--force"], cwd=workdir, capture_output=True, text=True
     )
     seconds = time.perf_counter() - start
     if result.returncode != 0:

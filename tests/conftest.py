@@ -12,13 +12,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def run_python(*args, cwd=ROOT, timeout=900):
-    """Run `python *args` with this interpreter, the repo on PYTHONPATH and the venv's bin/ first on PATH."""
+def course_env(**extra):
+    """The environment of a course command: the repo on PYTHONPATH, this venv's bin/ first on PATH."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["MPLBACKEND"] = "Agg"
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    env.update(extra)
+    return env
+
+
+def run_python(*args, cwd=ROOT, timeout=900):
+    """Run `python *args` with this interpreter in the course environment."""
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=course_env(), capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture

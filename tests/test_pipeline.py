@@ -146,15 +146,13 @@ def test_broken_submissions_get_a_clear_status_and_the_batch_goes_on(tmp_path):
 
 
 def test_ctrl_c_stops_after_the_current_notebook_and_keeps_the_results(tmp_path):
-    import os
     import signal
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from conftest import ROOT, course_env
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1",
-           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    env = course_env(PYTHONUNBUFFERED="1")
     workdir = tmp_path / "work"
     proc = subprocess.Popen(
         [sys.executable, "-m", "autograder", "grade", str(demo.DEMO_DIR), "--workdir", str(workdir), "--seed", "1"],
