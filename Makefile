@@ -10,7 +10,7 @@ export PATH := $(BIN):$(PATH)
 export PYTHONPATH := $(CURDIR)
 export MPLBACKEND := Agg
 
-.PHONY: book test notebooks grade-demo bench clean lock
+.PHONY: book test notebooks grade-demo bench clean lock sandbox-tools
 
 $(VENV)/.installed: requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,17 +31,27 @@ book: $(VENV)/.installed
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "Site built: open _build/html/index.html"
 
-test: $(VENV)/.installed
+# The grading sandbox needs bubblewrap (Debian package `bubblewrap`); as root this installs it.
+sandbox-tools:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing bubblewrap (the grading sandbox)..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  else \
+	    echo "error: the grading sandbox needs bubblewrap: sudo apt install bubblewrap" >&2; exit 1; \
+	  fi; }
+
+test: $(VENV)/.installed sandbox-tools
 	$(BIN)/python -m pytest tests
 
 # Regenerate the student notebooks and the demo submissions from the instructor sources.
 notebooks: $(VENV)/.installed
 	$(BIN)/python -m autograder build
 
-grade-demo: $(VENV)/.installed
+grade-demo: $(VENV)/.installed sandbox-tools
 	$(BIN)/python -m autograder grade autograder/demo --workdir grading/demo
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed sandbox-tools
 	$(BIN)/python scripts/bench_grading.py
 
 clean:

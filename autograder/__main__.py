@@ -21,6 +21,11 @@ def main(argv=None):
     g.add_argument("--seed", type=int, default=None, help="seed for the hidden checks' inputs (default: a fresh random one, printed)")
     g.add_argument("--cell-timeout", type=int, default=CELL_TIMEOUT_S, help=f"seconds a cell may run before it is interrupted (default {CELL_TIMEOUT_S})")
     g.add_argument("--device", default=None, help="torch device for the hidden checks (default: cuda if available, else cpu)")
+    g.add_argument("--workers", type=int, default=None, help="notebooks graded at once (default: all cores)")
+    g.add_argument("--notebook-timeout", type=int, default=None, help="seconds a whole notebook may run (default 120)")
+    g.add_argument("--memory-mb", type=int, default=None, help="address-space limit of a learner's process in MiB (default 4096; none on cuda)")
+    g.add_argument("--restart", action="store_true", help="ignore the results of an earlier (interrupted) run in this workdir and grade everything again")
+    g.add_argument("--allow-unsandboxed", action="store_true", help="grade even if no sandbox is available (trusted submissions only; a loud warning is printed)")
 
     args = parser.parse_args(argv)
     if args.command == "build":
@@ -36,7 +41,11 @@ def main(argv=None):
         from autograder.grade import grade
 
         try:
-            results = grade(args.submissions, args.workdir, seed=args.seed, device=args.device, cell_timeout=args.cell_timeout)
+            results = grade(
+                args.submissions, args.workdir, seed=args.seed, device=args.device, cell_timeout=args.cell_timeout,
+                workers=args.workers, allow_unsandboxed=args.allow_unsandboxed, restart=args.restart,
+                memory_mb=args.memory_mb, notebook_timeout=args.notebook_timeout,
+            )
         except KeyboardInterrupt:
             return 130
         return 0 if all(r.status == "graded" for r in results) else 1

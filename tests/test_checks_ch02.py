@@ -149,10 +149,41 @@ def test_call_turns_exceptions_into_diagnoses():
 
 
 @pytest.mark.usefixtures("grading_env")
-def test_learner_editing_inputs_in_place_cannot_change_the_expected_values():
+def test_learner_editing_inputs_in_place_is_reported():
     def sdpa_scaling_q_in_place(q, k, v, mask=None):
         q /= 2.0  # wrong, and it edits the caller's tensor
         return ref.scaled_dot_product_attention(q, k, v, mask)
 
-    with pytest.raises(AssertionError, match="wrong values"):
-        checks.check_scaled_dot_product_attention(sdpa_scaling_q_in_place)
+    def right_values_but_zeroes_v_afterwards(q, k, v, mask=None):
+        out = ref.scaled_dot_product_attention(q, k, v, mask)
+        v.zero_()
+        return out
+
+    for fn in (sdpa_scaling_q_in_place, right_values_but_zeroes_v_afterwards):
+        with pytest.raises(AssertionError, match="changed its input tensors in place"):
+            checks.check_scaled_dot_product_attention(fn)
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("shortcut", [
+    lambda x, dim=-1: torch.softmax(x, dim=dim),
+    lambda x, dim=-1: x.softmax(dim),
+    lambda x, dim=-1: torch.nn.functional.softmax(x, dim=dim),
+    lambda x, dim=-1: torch.special.softmax(x, dim),
+    lambda x, dim=-1: torch.exp(torch.log_softmax(x, dim=dim)),
+])
+def test_forbidden_built_ins_earn_nothing_even_when_right(shortcut):
+    with pytest.raises(AssertionError, match="the built-in this exercise asks you to write yourself"):
+        checks.check_stable_softmax(shortcut)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_calling_torch_sdpa_is_caught_however_it_is_reached():
+    sdpa = getattr(torch.nn.functional, "scaled_" + "dot_product_attention")  # hidden from a text search
+
+    def via_alias(q, k, v, mask=None):
+        out = sdpa(q, k, v, attn_mask=mask)
+        return out, ref.scaled_dot_product_attention(q, k, v, mask)[1]
+
+    with pytest.raises(AssertionError, match="F.scaled_dot_product_attention"):
+        checks.check_scaled_dot_product_attention(via_alias)

@@ -1,4 +1,4 @@
-"""End to end: real notebooks graded by the real CLI (nbgrader autograde in a kernel), one run per corpus.
+"""End to end: real notebooks graded by the real CLI (sandboxed runs, judged in the grading process).
 
 The corpus: the reference solution (full marks), the untouched student notebook (zero), and each typical
 wrong answer of WRONG_ANSWERS (below full marks, with its diagnosis in the summary).
@@ -14,23 +14,29 @@ from conftest import run_python
 
 CHAPTER = "02-qkv-attention"
 # Which graded cells each wrong answer must fail (self_attention calls the learner's own attention).
-SDPA_CELLS = {"scaled_dot_product_attention_visible", "scaled_dot_product_attention_hidden", "self_attention_visible", "self_attention_hidden"}
+# The visible checks only help the learner; the points are on the hidden checks.
+SDPA_CELLS = {"scaled_dot_product_attention_hidden", "self_attention_hidden"}
 EXPECTED_FAILURES = {
     "softmax_wrong_dim": SDPA_CELLS,
     "missing_scale": SDPA_CELLS,
-    "sqrt_d_model": {"self_attention_visible", "self_attention_hidden"},
-    "inverted_mask": {"scaled_dot_product_attention_visible", "scaled_dot_product_attention_hidden", "self_attention_hidden"},
-    "mask_after_softmax": {"scaled_dot_product_attention_visible", "scaled_dot_product_attention_hidden", "self_attention_hidden"},
+    "sqrt_d_model": {"self_attention_hidden"},
+    "inverted_mask": SDPA_CELLS,
+    "mask_after_softmax": SDPA_CELLS,
     "k_not_transposed": SDPA_CELLS,
 }
 
 
 def read_summary(workdir):
+    """{student: {cell id: row}}; a student's row with cell "" holds its status message or run notes."""
     rows = {}
     with (workdir / "summary.csv").open(encoding="utf-8") as f:
         for row in csv.DictReader(f):
             rows.setdefault(row["student"], {})[row["cell"]] = row
     return rows
+
+
+def graded_cells(rows, student):
+    return {c: r for c, r in rows[student].items() if c}
 
 
 @pytest.fixture(scope="module")
@@ -52,29 +58,27 @@ def corpus(tmp_path_factory):
 
 def test_reference_scores_full_marks(corpus):
     _, rows, _ = corpus
-    cells = rows["reference"]
-    assert len(cells) == 8
+    cells = graded_cells(rows, "reference")
+    assert len(cells) == 4
     lost = {c: r["message"] for c, r in cells.items() if float(r["score"]) < float(r["max_score"])}
     assert not lost, f"the reference solution lost points: {lost}"
 
 
 def test_untouched_notebook_scores_zero(corpus):
     _, rows, _ = corpus
-    assert sum(float(r["score"]) for r in rows["blank"].values()) == 0
-    assert all("not implemented" in r["message"] for r in rows["blank"].values())
+    cells = graded_cells(rows, "blank")
+    assert len(cells) == 4 and sum(float(r["score"]) for r in cells.values()) == 0
+    assert all("not implemented" in r["message"] for r in cells.values())
 
 
 @pytest.mark.parametrize("name", list(demo.WRONG_ANSWERS))
 def test_wrong_answer_loses_points_with_its_diagnosis(corpus, name):
     _, rows, _ = corpus
-    cells = rows[name.replace("_", "-")]
+    cells = graded_cells(rows, name.replace("_", "-"))
     failed = {c for c, r in cells.items() if float(r["score"]) < float(r["max_score"])}
     assert failed == EXPECTED_FAILURES[name], f"{name}: failed cells {sorted(failed)}"
     diagnosis = demo.WRONG_ANSWERS[name].diagnosis
-    assert any(diagnosis in cells[c]["message"] for c in failed), (
-        f"{name}: no failing cell says {diagnosis!r}; messages: {[cells[c]['message'] for c in failed]}"
-    )
-    # The hidden check of the function with the mistake names it too.
+    # The hidden check of the function with the mistake names it.
     hidden = f"{demo.WRONG_ANSWERS[name].function}_hidden"
     assert diagnosis in cells[hidden]["message"], f"{name}: hidden check says {cells[hidden]['message']!r}"
 
@@ -111,40 +115,6 @@ def test_cli_rejects_a_folder_without_submissions(tmp_path):
     assert "no submissions found" in result.stderr + result.stdout
 
 
-def test_broken_submissions_get_a_clear_status_and_the_batch_goes_on(tmp_path):
-    """Bad input loses nothing: each broken notebook gets its own status; the good one keeps full marks."""
-    submissions = tmp_path / "submissions"
-
-    def put(student, text):
-        path = submissions / student / CHAPTER / "exercises.ipynb"
-        path.parent.mkdir(parents=True)
-        path.write_text(text)
-
-    def with_edit(grade_id, edit):
-        nb = demo.filled_submission(CHAPTER)
-        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
-        cell.source = edit(cell.source)
-        return nbformat.writes(nb)
-
-    put("good", nbformat.writes(demo.filled_submission(CHAPTER)))
-    put("malformed", '{"cells": [')
-    put("crashes", with_edit("stable_softmax", lambda s: "import os\nos._exit(1)\n" + s))
-    put("loops", with_edit("dot_product_variance", lambda s: s.replace("    q = torch.randn", "    while True:\n        pass\n    q = torch.randn", 1)))
-
-    workdir = tmp_path / "work"
-    result = run_python("-m", "autograder", "grade", str(submissions), "--workdir", str(workdir), "--cell-timeout", "5")
-    assert result.returncode == 1, "a batch with ungradable notebooks must exit non-zero"
-    rows = read_summary(workdir)
-    assert set(rows) == {"good", "malformed", "crashes", "loops"}
-    assert all(float(r["score"]) == float(r["max_score"]) for r in rows["good"].values())
-    assert "not a valid notebook" in rows["malformed"][""]["message"]
-    assert "kernel died" in rows["crashes"][""]["message"]
-    loops = rows["loops"]
-    assert "time limit" in loops["dot_product_variance_visible"]["message"]
-    assert float(loops["dot_product_variance_visible"]["score"]) == 0
-    assert float(loops["stable_softmax_hidden"]["score"]) == 2, "cells before the endless loop keep their points"
-
-
 def test_ctrl_c_stops_after_the_current_notebook_and_keeps_the_results(tmp_path):
     import signal
     import subprocess
@@ -155,11 +125,11 @@ def test_ctrl_c_stops_after_the_current_notebook_and_keeps_the_results(tmp_path)
     env = course_env(PYTHONUNBUFFERED="1")
     workdir = tmp_path / "work"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "autograder", "grade", str(demo.DEMO_DIR), "--workdir", str(workdir), "--seed", "1"],
+        [sys.executable, "-m", "autograder", "grade", str(demo.DEMO_DIR), "--workdir", str(workdir), "--seed", "1", "--workers", "1"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     for line in proc.stdout:
-        if line.startswith("Autograding"):
+        if line.startswith("Grading now"):
             break
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)

