@@ -62,7 +62,9 @@ class Result:
             return self.error
         lost = [c for c in self.cells if c.score < c.max_score]
         if lost:
-            return f"{lost[0].message.splitlines()[0] if lost[0].message else 'no points'} [{lost[0].grade_id}]"
+            lines = lost[0].message.splitlines() or ["no points"]
+            likely = [line for line in lines if line.startswith("Likely mistake")]
+            return f"{(likely or lines)[0]} [{lost[0].grade_id}]"
         return self.notes[0] if self.notes else ""
 
     def to_json(self) -> dict:
