@@ -110,21 +110,20 @@ def save_result(workdir: Path, result: Result, notebook: Path, release: str):
     os.replace(tmp, path)
 
 
-def record_in_gradebook(db_url: str, results):
-    """Scores into nbgrader's gradebook (idempotent: re-recording a result changes nothing)."""
-    from nbgrader.api import Gradebook, MissingEntry
+def record_in_gradebook(gradebook, results):
+    """Scores into nbgrader's gradebook, committed per notebook (idempotent: re-recording changes nothing)."""
+    from nbgrader.api import MissingEntry
 
-    with Gradebook(db_url) as gb:
-        for r in results:
-            gb.update_or_create_student(r.student)
-            try:
-                gb.find_submission(r.chapter, r.student)
-            except MissingEntry:
-                gb.add_submission(r.chapter, r.student)
-            for cell in r.cells:
-                grade = gb.find_grade(cell.grade_id, course.NOTEBOOK, r.chapter, r.student)
-                grade.auto_score = cell.score
-            gb.db.commit()
+    for r in results:
+        gradebook.update_or_create_student(r.student)
+        try:
+            gradebook.find_submission(r.chapter, r.student)
+        except MissingEntry:
+            gradebook.add_submission(r.chapter, r.student)
+        for cell in r.cells:
+            grade = gradebook.find_grade(cell.grade_id, course.NOTEBOOK, r.chapter, r.student)
+            grade.auto_score = cell.score
+        gradebook.db.commit()
 
 
 def _copy_submitted(workdir: Path, student: str, chapter: str, notebook: Path):
@@ -220,7 +219,10 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
             todo.append((student, chapter, notebook))
     if results:
         print(f"Resuming: {len(results)} notebook(s) already graded with seed {seed}; grading the other {len(todo)}.", file=out)
-    record_in_gradebook(db_url, results.values())
+    from nbgrader.api import Gradebook
+
+    gradebook = Gradebook(db_url)
+    record_in_gradebook(gradebook, results.values())
 
     start = time.perf_counter()
     interrupted = []
@@ -252,7 +254,7 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
                     pending.clear()
                 if result.status != "error":
                     save_result(workdir, result, notebook, releases[chapter])
-                    record_in_gradebook(db_url, [result])
+                    record_in_gradebook(gradebook, [result])
                 results[(student, chapter)] = result
                 progress.update(1)
                 progress.set_postfix_str(f"{student}/{chapter}")
@@ -261,6 +263,7 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
         progress.close()
         if pool:
             pool.shutdown(wait=True, cancel_futures=True)
+        gradebook.close()
     elapsed = time.perf_counter() - start
 
     ordered = [results[(s, c)] for s, c, _ in jobs if (s, c) in results]
