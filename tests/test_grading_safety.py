@@ -365,3 +365,18 @@ def test_kill_9_mid_batch_resumes_without_regrading(tmp_path):
     grades = (workdir / "grades.csv").read_text()
     assert all(student in grades for student in demo.DEMO_STUDENTS)
     assert fresh.returncode == 0
+
+
+def test_without_a_sandbox_the_grader_refuses_or_warns_loudly(tmp_path):
+    submissions = tmp_path / "submissions"
+    write_submission(submissions, "alice", reference_nb())
+    env = course_env(COURSE_SANDBOX="none")
+    base = [sys.executable, "-m", "autograder", "grade", str(submissions), "--seed", "1", "--device", "cpu"]
+    refused = subprocess.run(base + ["--workdir", str(tmp_path / "a")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "no sandbox available" in refused.stderr + refused.stdout
+    assert not (tmp_path / "a" / "results").exists(), "nothing may run before the instructor agrees"
+    allowed = subprocess.run(base + ["--workdir", str(tmp_path / "b"), "--allow-unsandboxed"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert allowed.returncode == 0, allowed.stdout[-2000:] + allowed.stderr[-2000:]
+    assert allowed.stdout.count("WARNING: grading WITHOUT a sandbox") == 2, "the warning comes before and after the run"
+    assert json.loads((tmp_path / "b" / "last_run.json").read_text())["sandbox"] == "none"
+    assert score(read_summary(tmp_path / "b"), "alice") == FULL
