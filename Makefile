@@ -52,7 +52,7 @@ grade-demo: $(VENV)/.installed sandbox-tools
 	$(BIN)/python -m autograder grade autograder/demo --workdir grading/demo
 
 bench: $(VENV)/.installed sandbox-tools
-	$(BIN)/python scripts/bench_grading.py
+	$(BIN)/python scripts/bench_grading.py -n 30
 
 clean:
 	rm -rf _build grading
