@@ -12,6 +12,10 @@ from conftest import ROOT, run_python
 
 HTML = ROOT / "_build" / "html"
 ERROR_MARKERS = ("highlight-ipythontb", "output traceback", 'class="output error')
+# A cell that printed to stderr (a warning, e.g. matplotlib's "Glyph ... missing from font") shows this class.
+STDERR_MARKER = "output stderr"
+CHAPTERS = sorted(p.parent.name for p in (ROOT / "chapters").glob("[0-9][0-9]-*/index.md"))
+APPENDICES = ["errata", "glossary"]
 
 
 def toc_files():
@@ -63,11 +67,50 @@ def test_no_executed_cell_failed(built_book):
     assert not reports.exists() or not any(reports.iterdir()), f"execution reports: {list(reports.iterdir())}"
 
 
-def test_chapter_02_numbers_are_glued(built_book):
-    source = (ROOT / "chapters" / "02-qkv-attention" / "index.md").read_text(encoding="utf-8")
-    assert "{glue:text}" in source or "{glue:}" in source
-    page = (HTML / "chapters" / "02-qkv-attention" / "index.html").read_text(encoding="utf-8")
-    assert page.count("<img") >= 2, "chapter 02 should show its figures"
+def test_nine_chapters_and_the_appendices_are_in_the_toc():
+    files = toc_files()
+    assert len(CHAPTERS) == 9, CHAPTERS
+    for chapter in CHAPTERS:
+        assert f"chapters/{chapter}/index" in files, f"{chapter} is not in _toc.yml"
+    for page in APPENDICES:
+        assert f"chapters/{page}" in files, f"appendix {page} is not in _toc.yml"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_page_is_complete(built_book, chapter):
+    """Each reading page shows figures, glues its numbers, and asks 3-5 questions with hidden answers."""
+    source = (ROOT / "chapters" / chapter / "index.md").read_text(encoding="utf-8")
+    page = (HTML / "chapters" / chapter / "index.html").read_text(encoding="utf-8")
+    assert source.count("{glue:") >= 10, f"{chapter}: numbers in the prose must be glued from executed code"
+    assert not re.search(r"\{glue:[a-z]*\}`[^`]*`", page), f"{chapter}: a glue role was not resolved"
+    images = re.findall(r'<img[^>]+src="([^"]+)"', page)
+    assert len(images) >= 2, f"{chapter}: expected figures, found {len(images)}"
+    for src in images:
+        image = (HTML / "chapters" / chapter / src).resolve()
+        assert image.exists() and image.stat().st_size > 1000, f"{chapter}: figure {src} missing or empty"
+    questions = source.split("## Check your understanding", 1)
+    assert len(questions) == 2, f"{chapter}: no 'Check your understanding' section"
+    dropdowns = questions[1].split("\n## ", 1)[0].count(":::{dropdown}")
+    assert 3 <= dropdowns <= 5, f"{chapter}: {dropdowns} questions with hidden answers, expected 3-5"
+
+
+def test_no_cell_printed_a_warning(built_book):
+    noisy = sorted(
+        str(page.relative_to(HTML))
+        for page in HTML.rglob("*.html")
+        if STDERR_MARKER in page.read_text(encoding="utf-8", errors="replace")
+    )
+    assert noisy == [], f"cells printed to stderr (warnings, missing glyphs) on: {noisy}"
+
+
+def test_errata_entries_are_checked_by_code(built_book):
+    source = (ROOT / "chapters" / "errata.md").read_text(encoding="utf-8")
+    entries = re.findall(r"^\(errata-(\d{3}-\d+)\)=$", source, flags=re.M)
+    assert len(entries) >= 20 and len(entries) == len(set(entries)), entries
+    for entry in entries:
+        assert f"{{ref}}`{entry} <errata-{entry}>`" in source, f"errata {entry} is missing from the summary table"
+    assert source.count("assert ") >= 25, "errata claims should be asserted by code"
+    assert (HTML / "chapters" / "errata.html").exists() and (HTML / "chapters" / "glossary.html").exists()
 
 
 def test_cell_error_detector_finds_an_error(tmp_path):
