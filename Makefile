@@ -10,7 +10,7 @@ export PATH := $(BIN):$(PATH)
 export PYTHONPATH := $(CURDIR)
 export MPLBACKEND := Agg
 
-.PHONY: book test notebooks grade-demo bench clean lock sandbox-tools
+.PHONY: book test notebooks grade-demo bench clean lock sandbox-tools test-tools
 
 $(VENV)/.installed: requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,23 @@ sandbox-tools:
 	    echo "error: the grading sandbox needs bubblewrap: sudo apt install bubblewrap" >&2; exit 1; \
 	  fi; }
 
-test: $(VENV)/.installed sandbox-tools
+# The tests also need Debian's chromium (headless: do the site's formulas typeset?). As root, `make test` installs
+# what is missing in one apt run; otherwise bubblewrap is required and the browser test is skipped without chromium.
+test-tools:
+	@missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing$$missing (test tools)..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  elif ! command -v bwrap >/dev/null; then \
+	    echo "error: the grading sandbox needs bubblewrap: sudo apt install bubblewrap" >&2; exit 1; \
+	  else \
+	    echo "note: no chromium, so the browser test of the formulas is skipped (sudo apt install chromium)"; \
+	  fi; \
+	fi
+
+test: $(VENV)/.installed test-tools
 	$(BIN)/python -m pytest tests
 
 # Regenerate the student notebooks and the demo submissions from the instructor sources.

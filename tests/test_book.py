@@ -3,6 +3,7 @@ executed cell produced an error."""
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,49 @@ def test_cell_error_detector_finds_an_error(tmp_path):
     assert cell_errors(tmp_path) == []
     (tmp_path / "bad.html").write_text('<div class="output traceback highlight-ipythontb notranslate">ZeroDivisionError</div>')
     assert cell_errors(tmp_path) == ["bad.html"]
+
+
+def test_math_is_served_by_the_site(built_book):
+    """MathJax comes from the site's own _static folder, not a CDN: formulas render offline."""
+    page = (HTML / "chapters" / "05-masks" / "index.html").read_text(encoding="utf-8")
+    scripts = re.findall(r'<script[^>]+src="([^"]*mathjax[^"]*)"', page, flags=re.I)
+    assert scripts and all("://" not in s for s in scripts), f"MathJax is loaded from elsewhere: {scripts}"
+    assert all((HTML / "chapters" / "05-masks" / s).resolve().is_file() for s in scripts), scripts
+
+
+def typeset_counts(html_page: Path) -> tuple[int, int, int]:
+    """(formulas in the page, formulas MathJax typeset, TeX errors) after headless Chromium ran the page's JS."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    dom = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--virtual-time-budget=10000", "--dump-dom", html_page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    ).stdout
+    source = html_page.read_text(encoding="utf-8")
+    return source.count('class="math notranslate'), dom.count("<mjx-container"), dom.count("<mjx-merror")
+
+
+@pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")),
+                    reason="needs Debian's chromium (`make test` installs it when run as root)")
+def test_every_formula_typesets_in_a_browser(built_book):
+    pages = [HTML / f"{f}.html" for f in toc_files()]
+    problems = []
+    for page in pages:
+        formulas, typeset, errors = typeset_counts(page)
+        if typeset != formulas or errors:
+            problems.append(f"{page.relative_to(HTML)}: {typeset} of {formulas} formulas typeset, {errors} TeX errors")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")),
+                    reason="needs Debian's chromium")
+def test_typeset_check_finds_a_tex_error(built_book):
+    page = HTML / "chapters" / "05-masks" / "index.html"
+    broken = page.parent / "_typeset_probe.html"
+    try:
+        broken.write_text(page.read_text(encoding="utf-8").replace(
+            '<span class="math notranslate nohighlight">', '<span class="math notranslate nohighlight">\\(\\frac{1}\\)</span><span class="math notranslate nohighlight">', 1))
+        formulas, typeset, errors = typeset_counts(broken)
+        assert errors >= 1 and typeset == formulas
+    finally:
+        broken.unlink(missing_ok=True)
