@@ -93,6 +93,9 @@ def command(job_dir: Path, sandbox_mode: str, limits: Limits) -> list[str]:
     args += ["--die-with-parent", "--new-session", "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
+    # /tmp first: the binds below may lie under /tmp (a course cloned there), and a tmpfs mounted after them
+    # would hide them.
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
     args += ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib64", "sbin"):
         target = Path("/" + name)
@@ -103,7 +106,6 @@ def command(job_dir: Path, sandbox_mode: str, limits: Limits) -> list[str]:
     for path in _python_paths():
         args += _ancestors(path) + ["--ro-bind", str(path), str(path)]
     args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
     args += ["--ro-bind", str(job_dir), "/job", "--chdir", "/tmp"]
     if sandbox_mode == "bwrap-root":
         uid = sandbox_uid()

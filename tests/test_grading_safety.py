@@ -380,3 +380,21 @@ def test_without_a_sandbox_the_grader_refuses_or_warns_loudly(tmp_path):
     assert allowed.stdout.count("WARNING: grading WITHOUT a sandbox") == 2, "the warning comes before and after the run"
     assert json.loads((tmp_path / "b" / "last_run.json").read_text())["sandbox"] == "none"
     assert score(read_summary(tmp_path / "b"), "alice") == FULL
+
+
+def test_a_course_under_tmp_stays_visible_in_the_sandbox(tmp_path, monkeypatch):
+    """A course cloned under /tmp (as a CI runner may do) has its venv there: the sandbox's own /tmp, a fresh
+    tmpfs, must not hide it (it did once: every notebook then died with status 127, python not found)."""
+    mode = sandbox.mode()
+    assert mode != "none", "this test needs bubblewrap (apt install bubblewrap)"
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / "marker").write_text("the venv is visible\n")
+    job = tmp_path / "job"
+    job.mkdir()
+    monkeypatch.setattr(sandbox, "_python_paths", lambda: [venv])
+    argv, _ = sandbox.command(job, mode, sandbox.Limits())
+    argv = argv[: argv.index("-I") - 1] + ["/bin/cat", str(venv / "marker")]  # run cat instead of the runner
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0 and result.stdout == "the venv is visible\n", (
+        f"a venv under /tmp is hidden in the sandbox (exit {result.returncode}): {result.stderr[-500:]}")
