@@ -24,7 +24,8 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
     Head h gets the features h*d_k ... (h+1)*d_k - 1 of every position. The view splits D into
     (heads, d_k); the transpose then moves the head axis in front of the sequence axis. A plain
     reshape to (batch, heads, seq, d_k) without the transpose would be wrong: it would cut the
-    flat (seq * D) memory into blocks, mixing features of different positions into one "position".
+    flat (seq * D) memory into consecutive blocks, so row t of a head would hold d_k features of
+    some other position, not of position t.
     """
     batch, seq, d = x.shape
     if d % n_heads != 0:
