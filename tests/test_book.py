@@ -17,6 +17,8 @@ ERROR_MARKERS = ("highlight-ipythontb", "output traceback", 'class="output error
 STDERR_MARKER = "output stderr"
 CHAPTERS = sorted(p.parent.name for p in (ROOT / "chapters").glob("[0-9][0-9]-*/index.md"))
 APPENDICES = ["errata", "glossary"]
+BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_browser = pytest.mark.skipif(BROWSER is None, reason="needs Debian's chromium (`make test` installs it as root)")
 
 
 def toc_files():
@@ -132,9 +134,8 @@ def test_math_is_served_by_the_site(built_book):
 
 def typeset_counts(html_page: Path) -> tuple[int, int, int]:
     """(formulas in the page, formulas MathJax typeset, TeX errors) after headless Chromium ran the page's JS."""
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
     dom = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--virtual-time-budget=10000", "--dump-dom", html_page.as_uri()],
         capture_output=True, text=True, timeout=120,
     ).stdout
@@ -142,8 +143,7 @@ def typeset_counts(html_page: Path) -> tuple[int, int, int]:
     return source.count('class="math notranslate'), dom.count("<mjx-container"), dom.count("<mjx-merror")
 
 
-@pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")),
-                    reason="needs Debian's chromium (`make test` installs it when run as root)")
+@needs_browser
 def test_every_formula_typesets_in_a_browser(built_book):
     pages = [HTML / f"{f}.html" for f in toc_files()]
     problems = []
@@ -154,8 +154,7 @@ def test_every_formula_typesets_in_a_browser(built_book):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")),
-                    reason="needs Debian's chromium")
+@needs_browser
 def test_typeset_check_finds_a_tex_error(built_book):
     page = HTML / "chapters" / "05-masks" / "index.html"
     broken = page.parent / "_typeset_probe.html"
