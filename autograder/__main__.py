@@ -13,7 +13,9 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("build", help="regenerate chapters/*/exercises.ipynb and the demo submissions from the instructor sources")
-    b.add_argument("--workdir", type=Path, default=course.ROOT / "grading" / "build", help="nbgrader working directory (default: grading/build)")
+    b.add_argument("--chapter", action="append", choices=course.graded_chapters(), metavar="ID",
+                   help="build only this chapter's notebook (repeatable; default: every chapter with exercises, and the demo)")
+    b.add_argument("--workdir", type=Path, default=None, help="nbgrader working directory (default: grading/build, or grading/build-<id> with one --chapter)")
 
     g = sub.add_parser("grade", help="autograde a folder <student>/<chapter-id>/exercises.ipynb")
     g.add_argument("submissions", type=Path, help="folder of submissions, e.g. autograder/demo")
@@ -31,11 +33,13 @@ def main(argv=None):
     if args.command == "build":
         from autograder import build, demo
 
-        build.clean_workdir(args.workdir)
-        for path in build.build_student_notebooks(args.workdir):
+        workdir = args.workdir or course.ROOT / "grading" / (f"build-{args.chapter[0]}" if args.chapter and len(args.chapter) == 1 else "build")
+        build.clean_workdir(workdir)
+        for path in build.build_student_notebooks(workdir, chapters=args.chapter):
             print(f"wrote {path.relative_to(course.ROOT)}")
-        for path in demo.write_demo():
-            print(f"wrote {path.relative_to(course.ROOT)}")
+        if not args.chapter:
+            for path in demo.write_demo():
+                print(f"wrote {path.relative_to(course.ROOT)}")
         return 0
     if args.command == "grade":
         from autograder.grade import grade

@@ -119,6 +119,8 @@ def render_source(chapter_id: str, template_text: str | None = None) -> str:
     return template.render(
         check_helpers=helpers.strip(),
         solution=lambda fn_name: solution_source(reference, fn_name),
+        answer=lambda grade_id: "### BEGIN SOLUTION\n" + reference.ANSWER_CELLS[grade_id].strip() + "\n### END SOLUTION",
+        source=lambda fn_name, module=None: inspect.getsource(getattr(importlib.import_module(f"solutions.{module}") if module else reference, fn_name)).rstrip(),
         tensor=tensor,
         literal=literal,
         mistakes=mistakes,
@@ -200,10 +202,10 @@ def normalized_json(nb) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def build_student_notebooks(workdir: Path, out_root: Path = course.ROOT) -> list[Path]:
+def build_student_notebooks(workdir: Path, out_root: Path = course.ROOT, chapters=None) -> list[Path]:
     """Generate the student notebooks and copy them into chapters/<chapter>/exercises.ipynb."""
     written = []
-    for chapter_id in generate_assignments(workdir):
+    for chapter_id in generate_assignments(workdir, chapters):
         released = nbformat.read(workdir / "release" / chapter_id / f"{course.NOTEBOOK}.ipynb", as_version=4)
         target = out_root / "chapters" / chapter_id / f"{course.NOTEBOOK}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)

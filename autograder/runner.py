@@ -56,8 +56,9 @@ class CappedStream(io.TextIOBase):
 # --- Values in and out ------------------------------------------------------------------------------
 
 
-def decode_arg(spec, arrays, device):
-    """A call argument from its JSON spec: a tensor (from inputs.npz), a meta tensor, a generator or a value."""
+def decode_arg(spec, arrays, device, namespace=None):
+    """A call argument from its JSON spec: a tensor (from inputs.npz), a meta tensor, a generator, the call's
+    device, a function of the notebook (by name), or a plain value."""
     import torch
 
     if "tensor" in spec:
@@ -67,6 +68,13 @@ def decode_arg(spec, arrays, device):
         return torch.empty(spec["meta"]["shape"], dtype=getattr(torch, spec["meta"]["dtype"]), device="meta")
     if "generator" in spec:
         return torch.Generator().manual_seed(int(spec["generator"]))
+    if "device" in spec:
+        return torch.device(device)
+    if "function" in spec:
+        fn = (namespace or {}).get(spec["function"])
+        if not callable(fn):
+            raise NameError(f"{spec['function']} is not defined (did its cell run without errors?)")
+        return fn
     return spec["value"]
 
 
@@ -100,44 +108,176 @@ def encode_value(value, depth=0):
     return {"other": type(value).__name__[:100]}
 
 
-def _forbidden_mode(names):
-    """A torch function mode that records calls of the named torch functions (the forbidden built-ins)."""
+def _forbidden_modes(names):
+    """Two observers of the forbidden built-ins: a torch function mode (Python-level calls such as
+    torch.softmax, F.scaled_dot_product_attention) and a dispatch mode (ATen ops such as aten._softmax,
+    reached however the Python side was called). Both only record; the grader decides."""
     from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    def note(name):
+        if name in names and name not in seen:
+            seen.append(name)
 
     class Tripwire(TorchFunctionMode):
-        def __init__(self):
-            super().__init__()
-            self.seen = []
-
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            name = getattr(func, "__name__", "")
-            if name in names and name not in self.seen:
-                self.seen.append(name)
+            note(getattr(func, "__name__", ""))
             return func(*args, **(kwargs or {}))
 
-    return Tripwire()
+    class AtenTripwire(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            note(getattr(getattr(func, "overloadpacket", None), "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    return Tripwire(), AtenTripwire(), seen
 
 
-def run_call(fn, call, arrays, forbidden=()):
-    """Call the learner's fn once as the grader planned it; report outputs, errors, input edits, forbidden calls."""
+TOLERANCE = {"float64": (1e-10, 1e-8), "float32": (1e-5, 1e-4)}  # (atol, rtol) when matching a callee's inputs
+
+
+def _same(value, spec, arrays, device):
+    """Does a callee argument equal the grader's recorded one (tensors within the dtype's tolerance)?"""
     import torch
 
+    if isinstance(value, torch.Tensor) and value.device.type == "meta":
+        return "meta" in spec and list(value.shape) == spec["meta"]["shape"] and str(value.dtype).replace("torch.", "") == spec["meta"]["dtype"]
+    if isinstance(value, torch.Tensor):
+        if "tensor" not in spec:
+            return False
+        want = decode_arg(spec, arrays, device)
+        if value.shape != want.shape or value.dtype != want.dtype:
+            return False
+        if value.dtype == torch.bool or not value.is_floating_point():
+            return torch.equal(value.detach(), want)
+        atol, rtol = TOLERANCE.get(str(value.dtype).replace("torch.", ""), (1e-5, 1e-4))
+        return torch.allclose(value.detach(), want, atol=atol, rtol=rtol, equal_nan=True)
+    return "value" in spec and spec["value"] == value
+
+
+def _stored(spec, arrays, device):
+    if "tuple" in spec:
+        return tuple(_stored(s, arrays, device) for s in spec["tuple"])
+    value = decode_arg(spec, arrays, device)
+    return value.clone() if hasattr(value, "clone") else value
+
+
+def _oracle(original, entries, arrays, device):
+    """original, except that for the inputs the grader recorded from the reference it returns the reference's
+    result: the caller under test is graded on its own logic, whatever the learner's callee does."""
+    import inspect
+
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        return original
+
+    def oracle(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+        except TypeError:
+            return original(*args, **kwargs)
+        for entry in entries:
+            if set(entry["args"]) == set(bound.arguments) and all(_same(bound.arguments[k], s, arrays, device) for k, s in entry["args"].items()):
+                return _stored(entry["out"], arrays, device)
+        return original(*args, **kwargs)
+
+    return oracle
+
+
+def _build_module(cls, spec, arrays, device):
+    """The learner's nn.Module, built with the grader's constructor arguments and weights."""
+    import torch
+
+    init = {k: decode_arg(a, arrays, "cpu") for k, a in spec["init"].items()}
+    module = cls(**init)
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{getattr(cls, '__name__', 'it')}(...) did not give an nn.Module (got {type(module).__name__})")
+    expected = list(spec["state"])
+    found = [name for name, _ in module.named_parameters()]
+    if sorted(found) != sorted(expected):
+        raise LookupError("parameter names differ: expected " + ", ".join(expected) + "; found " + (", ".join(found) or "no parameters"))
+    dtype = getattr(torch, spec.get("dtype") or "float32")
+    module.to(dtype)
+    state = {name: decode_arg(a, arrays, "cpu") for name, a in spec["state"].items()}
+    torch.nn.Module.load_state_dict(module, state, strict=False)
+    kept = all(torch.equal(p.detach().cpu(), state[n].to(p.dtype)) for n, p in module.named_parameters() if n in state)
+    module.to(device)
+    module.train(bool(spec.get("train")))
+    return module, kept
+
+
+def _gradients(args, grad_wrt, out, seed):
+    """d(sum_j <out_j, R_j>)/d(args[i]) for the float outputs out_j and seeded random R_j (a gradient probe)."""
+    import torch
+
+    outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor) and o.is_floating_point()]
+    leaves = [args[i] for i in grad_wrt]
+    if not outs or not any(o.requires_grad for o in outs):
+        return [None for _ in leaves]
+    total = 0
+    for j, o in enumerate(outs):
+        r = torch.randn(tuple(o.shape), generator=torch.Generator().manual_seed(seed + j), dtype=torch.float64)
+        total = total + (o * r.to(o.device, o.dtype)).sum()
+    grads = torch.autograd.grad(total, leaves, allow_unused=True)
+    return list(grads)
+
+
+def run_call(fn, call, arrays, forbidden=(), namespace=None):
+    """Call the learner's fn once as the grader planned it; report outputs, errors, input edits, forbidden
+    calls, and (when asked) gradients and whether a module kept its weights. With call["oracle"], the
+    learner's callees named there answer the grader's recorded inputs with the reference's results.
+    `call["variable"]` instead reads a variable of the notebook (a typed answer)."""
+    import torch
+
+    namespace = namespace if namespace is not None else getattr(fn, "__globals__", {})
     device = call.get("device", "cpu")
-    args = [decode_arg(a, arrays, device) for a in call["args"]]
-    kwargs = {k: decode_arg(a, arrays, device) for k, a in call["kwargs"].items()}
-    before = [a.clone() if isinstance(a, torch.Tensor) and a.device.type != "meta" else None for a in args]
     record = {"ok": False, "error": None, "outputs": None, "mutated": False, "forbidden": []}
-    tripwire = _forbidden_mode(set(forbidden))
+    if "variable" in call:
+        name = call["variable"]
+        try:
+            if name not in namespace:
+                raise NameError(f"{name} is not defined: assign it in the answer cell (e.g. {name} = [[...], ...])")
+            value = namespace[name]
+            if value is Ellipsis or value is None:
+                raise ValueError(f"{name} is still empty: type your numbers")
+            record["outputs"] = encode_value(torch.as_tensor(value if not isinstance(value, torch.Tensor) else value.detach().cpu(), dtype=torch.float64))
+            record["ok"] = True
+        except Exception as exc:
+            record["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        return record
+    grad_wrt = list(call.get("grad_wrt") or [])
+    patched = {}
+    observe_fn, observe_aten, seen = _forbidden_modes(set(forbidden))
     start = time.perf_counter()
     try:
-        with tripwire:
-            out = fn(*args, **kwargs)
+        args = [decode_arg(a, arrays, device, namespace) for a in call["args"]]
+        kwargs = {k: decode_arg(a, arrays, device, namespace) for k, a in call["kwargs"].items()}
+        for i in grad_wrt:
+            args[i] = args[i].detach().clone().requires_grad_(True)
+        before = [a.detach().clone() if isinstance(a, torch.Tensor) and a.device.type != "meta" else None for a in args]
+        for name in {e["name"] for e in call.get("oracle") or []}:
+            if callable(namespace.get(name)):
+                patched[name] = namespace[name]
+                namespace[name] = _oracle(patched[name], [e for e in call["oracle"] if e["name"] == name], arrays, device)
+        target = fn
+        if "module" in call:
+            target, record["weights_kept"] = _build_module(fn, call["module"], arrays, device)
+        with observe_fn, observe_aten:
+            out = target(*args, **kwargs)
+            grads = _gradients(args, grad_wrt, out, int(call.get("grad_seed", 0))) if grad_wrt else None
         record["outputs"] = encode_value(out)
+        if grads is not None:
+            record["grads"] = [encode_value(g) for g in grads]
         record["ok"] = True
+        record["mutated"] = any(b is not None and not torch.equal(b, a.detach()) for b, a in zip(before, args))
     except Exception as exc:  # the learner's error is data here; the grader explains it
         record["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
-    record["forbidden"] = tripwire.seen
-    record["mutated"] = any(b is not None and not torch.equal(b, a) for b, a in zip(before, args))
+    finally:
+        namespace.update(patched)
+    record["forbidden"] = list(seen)
     record["seconds"] = round(time.perf_counter() - start, 4)
     return record
 
@@ -180,10 +320,10 @@ def main(job_dir):
         try:
             if cell["kind"] == "probe":
                 probe = job["probes"][cell["probe"]]
-                fn = namespace.get(probe["function"])
-                if not callable(fn):
+                fn = namespace.get(probe["function"]) if probe.get("function") else None
+                if probe.get("function") and not callable(fn):
                     raise NameError(f"{probe['function']} is not defined (did its cell run without errors?)")
-                calls = [run_call(fn, call, arrays, probe["forbidden"]) for call in probe["calls"]]
+                calls = [run_call(fn, call, arrays, probe["forbidden"], namespace) for call in probe["calls"]]
                 sys.stdout, sys.stderr = real_stdout, real_stderr
                 send({"event": "probe", "cell": index, "calls": calls})
             else:

@@ -25,7 +25,7 @@ import nbformat
 import numpy as np
 
 from autograder import course, sandbox, shortcuts
-from autograder.checks import encode_calls
+from autograder.checks import attach_oracles, encode_calls
 
 MAX_NOTEBOOK_BYTES = 20 * 2**20
 RESTARTS = 3  # a cell that hangs or kills the process is skipped and the notebook run again, at most this often
@@ -170,6 +170,18 @@ def plan_cells(released, submitted, checks_module):
     return cells, notes, solutions
 
 
+def _prefix_arrays(spec, prefix):
+    """Rename every {"tensor": name} inside a call spec (args, module weights, oracle entries) to prefix+name."""
+    if isinstance(spec, dict):
+        if isinstance(spec.get("tensor"), str):
+            spec["tensor"] = prefix + spec["tensor"]
+        for value in spec.values():
+            _prefix_arrays(value, prefix)
+    elif isinstance(spec, list):
+        for value in spec:
+            _prefix_arrays(value, prefix)
+
+
 def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dict):
     """job.json + inputs.npz + runner.py, readable (not writable) by the sandbox's user."""
     probes, arrays, calls_by_cell = {}, {}, {}
@@ -177,13 +189,11 @@ def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dic
         if cell["kind"] != "probe":
             continue
         check = checks_module.CHECKS[cell["probe"]]
-        calls = check.plan(settings.seed, settings.device)
+        calls = attach_oracles(check, check.plan(settings.seed, settings.device))
         specs, cell_arrays = encode_calls(calls)
         prefix = f"c{cell['index']}_"
         for spec in specs:
-            for arg in list(spec["args"]) + list(spec["kwargs"].values()):
-                if "tensor" in arg:
-                    arg["tensor"] = prefix + arg["tensor"]
+            _prefix_arrays(spec, prefix)
         arrays.update({prefix + k: v for k, v in cell_arrays.items()})
         probes[cell["probe"]] = {"function": check.function, "calls": specs, "forbidden": sorted(check.forbidden)}
         calls_by_cell[cell["index"]] = calls

@@ -18,8 +18,12 @@ Grading-time settings come from the environment, set by the grading CLI:
 """
 
 import base64
+import inspect
 import io
+import math
 import os
+import sys
+from unittest import mock
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -61,13 +65,34 @@ class Seeded:
     seed: int
 
 
+@dataclass(frozen=True)
+class Dev:
+    """An argument that is the call's device (a torch.device): for functions that create tensors, e.g.
+    causal_mask(n, device). On the meta pass it is torch.device('meta')."""
+
+
+@dataclass(frozen=True)
+class Fn:
+    """An argument that is a function defined in the notebook, found by name where the call runs (the
+    learner's own, or one the course gives in a read-only cell); the judge uses the reference's function of
+    that name instead (from `reference`'s module, or `Fn(name, reference=fn)`)."""
+
+    name: str
+    reference: Callable | None = None
+
+
 @dataclass
 class Case:
-    """One set of inputs for a graded function: positional args (tensors or plain values) and a label."""
+    """One set of inputs for a graded function: positional args (tensors or plain values) and a label.
+
+    grad_wrt: indices of positional float-tensor args whose gradient is also graded (a gradient probe): the
+    runner reports d(sum_j <out_j, R_j>)/d(arg) for seeded random R_j, and the judge compares it with the
+    reference's."""
 
     label: str
     args: tuple
     kwargs: dict = field(default_factory=dict)
+    grad_wrt: tuple = ()
 
     def to(self, dtype):
         """A copy with floating tensors in `dtype` (on the CPU; the runner moves them to the device)."""
@@ -77,40 +102,86 @@ class Case:
                 return a.to(dtype=dtype if a.is_floating_point() else a.dtype).clone()
             return a
 
-        return Case(self.label, tuple(move(a) for a in self.args), {k: move(v) for k, v in self.kwargs.items()})
+        return Case(self.label, tuple(move(a) for a in self.args), {k: move(v) for k, v in self.kwargs.items()}, self.grad_wrt)
 
 
 @dataclass
 class Call:
-    """One call of the learner's function: CPU inputs, and the device the runner puts them on."""
+    """One call of the learner's function: CPU inputs, and the device the runner puts them on.
+
+    module: for module exercises, {"init": constructor kwargs, "state": {parameter: CPU tensor}, "train": bool}.
+    variable: for typed answers, the name of the notebook variable to report (no call is made).
+    """
 
     label: str
     args: tuple
     kwargs: dict
     device: str
     dtype: torch.dtype | None = None
+    grad_wrt: tuple = ()
+    grad_seed: int = 0
+    module: dict | None = None
+    variable: str | None = None
+    oracle: list | None = None  # what the reference's callees got and returned (see attach_oracles)
 
-    def inputs(self):
-        """Fresh copies of the inputs as the learner's function saw them (meta tensors for device 'meta')."""
+    def inputs(self, functions=None):
+        """Fresh copies of the inputs as the learner's function saw them (meta tensors for device 'meta').
+        functions: name -> callable, for Fn arguments (the judge passes the reference's)."""
 
         def make(a):
             if isinstance(a, Seeded):
                 return torch.Generator().manual_seed(a.seed)
+            if isinstance(a, Dev):
+                return torch.device(self.device)
+            if isinstance(a, Fn):
+                return a.reference or (functions or {}).get(a.name)
             if isinstance(a, torch.Tensor):
-                return torch.empty(a.shape, dtype=a.dtype, device="meta") if self.device == "meta" else a.clone()
+                t = torch.empty(a.shape, dtype=a.dtype, device="meta") if self.device == "meta" else a.clone()
+                return t
             return a
 
-        return tuple(make(a) for a in self.args), {k: make(v) for k, v in self.kwargs.items()}
+        args = [make(a) for a in self.args]
+        for i in self.grad_wrt:
+            args[i] = args[i].requires_grad_(True)
+        return tuple(args), {k: make(v) for k, v in self.kwargs.items()}
 
 
 @dataclass
 class Check:
-    """The hidden check of one graded cell: which function, how to call it, how to judge the results."""
+    """The hidden check of one graded cell: which function, how to call it, how to judge the results.
 
-    function: str
+    callees: other graded functions of the notebook that `function` calls. While it is checked, the runner
+    records what the learner's callees returned, and the judge grades `function` against the reference
+    composed with those results, so a mistake in a callee costs points only in the callee's own exercise.
+    categories: what the hidden check grades (values, shape, dtype, device, large, generator, gradient,
+    weights, typed); the learner-trial tests require a visible check for each."""
+
+    function: str | None
     plan: Callable  # (seed, device) -> [Call]
     judge: Callable  # (calls, records) -> None, raises AssertionError
     forbidden: dict = field(default_factory=dict)  # torch function name -> how the learner would write it
+    callees: tuple = ()
+    categories: tuple = ("values", "shape", "dtype", "device")
+    reference_call: Callable | None = None  # (call, inputs=None) -> the reference's outputs (trusted, in-process)
+    callee_module: str | None = None  # where the reference looks its callees up (default: reference_call's module)
+
+
+@dataclass(frozen=True)
+class WrongAnswer:
+    """A typical mistake, as an edit of the reference source of one solution cell (for the end-to-end and
+    learner-trial tests, and the demo). Nothing is typed twice: the submission is the reference plus this edit."""
+
+    function: str  # grade id of the solution cell it edits
+    old: str  # text of the reference source that is replaced
+    new: str
+    diagnosis: str  # a fragment the hidden check's message must contain
+    fails: frozenset = frozenset()  # hidden-test grade ids that must lose points (default: <function>_hidden)
+    category: str = "values"  # values | shape | dtype | device | large | generator | gradient | weights | typed
+    visible: bool = True  # the visible check catches it too
+
+    @property
+    def failing_cells(self) -> frozenset:
+        return frozenset(self.fails) or frozenset({f"{self.function}_hidden"})
 
 
 # --- Shipping calls to the runner and results back ----------------------------------------------------
@@ -123,6 +194,10 @@ def encode_calls(calls):
     def spec(a, device):
         if isinstance(a, Seeded):
             return {"generator": a.seed}
+        if isinstance(a, Dev):
+            return {"device": True}
+        if isinstance(a, Fn):
+            return {"function": a.name}
         if isinstance(a, torch.Tensor):
             if device == "meta":
                 return {"meta": {"shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", "")}}
@@ -133,10 +208,35 @@ def encode_calls(calls):
             return {"value": a}
         raise TypeError(f"cannot send a {type(a).__name__} to the sandbox")
 
-    specs = [
-        {"device": c.device, "args": [spec(a, c.device) for a in c.args], "kwargs": {k: spec(v, c.device) for k, v in c.kwargs.items()}}
-        for c in calls
-    ]
+    def out_spec(out, device):
+        if isinstance(out, tuple):
+            return {"tuple": [out_spec(o, device) for o in out]}
+        return spec(out, device)
+
+    specs = []
+    for c in calls:
+        if c.variable is not None:
+            specs.append({"variable": c.variable, "device": "cpu", "args": [], "kwargs": {}})
+            continue
+        entry = {"device": c.device, "args": [spec(a, c.device) for a in c.args], "kwargs": {k: spec(v, c.device) for k, v in c.kwargs.items()}}
+        if c.grad_wrt:
+            entry["grad_wrt"], entry["grad_seed"] = list(c.grad_wrt), c.grad_seed
+        if c.oracle:
+            oracle = []
+            for e in c.oracle:
+                try:
+                    oracle.append({"name": e["name"], "args": {k: spec(v, c.device) for k, v in e["args"].items()}, "out": out_spec(e["out"], c.device)})
+                except TypeError:
+                    continue  # an argument that cannot travel: that callee call is not isolated
+            entry["oracle"] = oracle
+        if c.module is not None:
+            entry["module"] = {
+                "init": {k: spec(v, "cpu") for k, v in c.module["init"].items()},
+                "state": {k: spec(v, "cpu") for k, v in c.module["state"].items()},
+                "train": bool(c.module.get("train")),
+                "dtype": str(c.dtype or torch.float32).replace("torch.", ""),
+            }
+        specs.append(entry)
     return specs, arrays
 
 
@@ -181,12 +281,15 @@ def decode_value(enc, depth=0):
     raise Unreadable("malformed output record")
 
 
-def run_local(check: Check, fn, seed=None, device=None):
-    """Plan, call and judge in this process (unit tests; in-kernel grading with plain nbgrader)."""
+def run_local(check: Check, fn, seed=None, device=None, namespace=None):
+    """Plan, call and judge in this process (unit tests; in-kernel grading with plain nbgrader).
+    namespace: where Fn arguments, callees and typed answers are looked up (default: fn's globals)."""
     seed = grading_seed() if seed is None else seed
-    calls = check.plan(seed, device or grading_device())
+    calls = attach_oracles(check, check.plan(seed, device or grading_device()))
     specs, arrays = encode_calls(calls)
-    records = [runner.run_call(fn, spec, arrays, tuple(check.forbidden)) for spec in specs]
+    if namespace is None:
+        namespace = getattr(fn, "__globals__", None) or getattr(sys.modules.get(getattr(fn, "__module__", "")), "__dict__", {})
+    records = [runner.run_call(fn, spec, arrays, tuple(check.forbidden), namespace) for spec in specs]
     check.judge(calls, records, function=getattr(fn, "__name__", check.function))
 
 
@@ -197,6 +300,9 @@ def explain_error(name, error, label, error_hints):
     """A learner's exception, in words: not implemented, a recognised mistake, or the raw error."""
     if error.startswith("NotImplementedError"):
         return f"{name} is not implemented yet: replace `raise NotImplementedError()`."
+    if error.startswith("LookupError: parameter names differ"):
+        return (f"{name}'s parameters do not have the names the exercise gives, so the grader cannot load its weights "
+                f"({error.split(': ', 2)[-1]}). Name the layers as the exercise says.")
     for fragment, hint in (error_hints or {}).items():
         if fragment in error:
             return f"{name} raised {error} on {label}.\nLikely mistake: {hint}"
@@ -229,85 +335,407 @@ def _as_tuple(out):
 
 
 def _close(a, b, dtype):
-    return torch.allclose(a, b, equal_nan=True, **TOLERANCES[dtype])
+    return torch.allclose(a, b, equal_nan=True, **TOLERANCES.get(dtype, TOLERANCES[torch.float32]))
 
 
-def diagnose(call, got, mistakes, dtype):
-    """Name the first known mistake whose output equals the learner's on this call, or None."""
-    args, kwargs = call.inputs()
+def _matches(got, wrong, dtype):
+    """Do the reported outputs equal these (a mistake's) outputs?"""
+    wrong = _as_tuple(wrong)
+    if len(got) != len(wrong):
+        return False
+    for o, w in zip(got, wrong):
+        if isinstance(w, torch.Tensor):
+            if not (isinstance(o, Returned) and o.values is not None and o.shape == tuple(w.shape)):
+                return False
+            if not _close(o.values.to(w.dtype) if w.dtype != torch.bool else o.values, w.detach(), dtype):
+                return False
+        elif _plain(o) != w:
+            return False
+    return True
+
+
+def diagnose(call, got, mistakes, dtype, run=None):
+    """Name the first known mistake whose output equals the learner's on this call, or None.
+    run(wrong, call) computes a mistake's output (default: call it on the call's inputs)."""
     for description, wrong_fn in mistakes.items():
         try:
-            wrong = _as_tuple(wrong_fn(*args, **kwargs))
+            with torch.no_grad():
+                wrong = run(wrong_fn, call) if run else wrong_fn(*call.inputs()[0], **call.inputs()[1])
         except Exception:
             continue
-        if all(
-            isinstance(o, Returned) and o.values is not None and o.shape == tuple(w.shape) and _close(o.values.to(w.dtype), w, dtype)
-            for o, w in zip(got, wrong)
-        ):
+        if _matches(got, wrong, dtype):
             return description
     return None
 
 
-def reference_plan(cases_fn):
-    """A plan: every case in each dtype on the grading device, then the first case once on 'meta'."""
+def _plain(value):
+    """A reported scalar as a Python number (a one-element tensor counts as its value)."""
+    if isinstance(value, Returned) and value.values is not None and value.values.numel() == 1:
+        return value.values.item()
+    return value
+
+
+# --- Plans: which calls a hidden check makes ------------------------------------------------------
+
+
+def reference_plan(cases_fn, meta=True):
+    """A plan: every case in each dtype on the grading device, then each case once on 'meta' (meta=False:
+    no meta pass, for functions of plain values). Cases with grad_wrt get a gradient probe (not on meta)."""
 
     def plan(seed, device):
         cases = cases_fn(seed)
-        calls = [Call(f"{c.label}, {str(d).replace('torch.', '')}, device {device}", c.to(d).args, c.to(d).kwargs, device, d) for c in cases for d in DTYPES]
-        for c in cases:
-            meta = c.to(torch.float32)
-            calls.append(Call(f"{c.label}, on device 'meta'", meta.args, meta.kwargs, "meta", torch.float32))
+        calls = []
+        for i, c in enumerate(cases):
+            for d in DTYPES:
+                moved = c.to(d)
+                calls.append(Call(f"{c.label}, {str(d).replace('torch.', '')}, device {device}", moved.args, moved.kwargs, device, d,
+                                  grad_wrt=c.grad_wrt, grad_seed=seed * 100 + i))
+        if meta:
+            for c in cases:
+                m = c.to(torch.float32)
+                calls.append(Call(f"{c.label}, on device 'meta'", m.args, m.kwargs, "meta", torch.float32))
         return calls
 
     return plan
 
 
-def reference_judge(reference, names, mistakes=None, error_hints=None, forbidden=None):
-    """A judge comparing each output with `reference` on the same inputs (values, shape, dtype, device)."""
-    mistakes, error_hints, forbidden = mistakes or {}, error_hints or {}, forbidden or {}
+def attach_oracles(check, calls):
+    """For a check with callees: record, for each call, what the reference's callees were given and returned
+    (the 'oracle'). In the sandbox, the learner's callee is replaced for that call by a function that returns
+    the recorded result when it is given the same inputs (else it falls back to the learner's callee), so the
+    caller is graded on its own logic: a mistake in a callee costs points only in the callee's exercise."""
+    if not check.callees or check.reference_call is None:
+        return calls
+    module = sys.modules[check.callee_module or check.reference_call.__module__]
+    for call in calls:
+        if call.variable is not None or call.grad_wrt:
+            continue  # a gradient probe grades the function with its callees (recorded results carry no gradient)
+        entries = []
 
-    def judge(calls, records, function="your function"):
-        for call, record in zip(calls, records, strict=True):
-            args, kwargs = call.inputs()
-            expected = _as_tuple(reference(*args, **kwargs))
-            if call.device == "meta":
-                try:
-                    got = outcome(record, function, call.label, error_hints, forbidden)
-                except AssertionError as failure:
-                    if "calls " in str(failure) or "not implemented" in str(failure):
-                        raise
-                    raise AssertionError(
-                        f"{function} failed when its inputs are on another device ('meta'), on {call.label}: "
-                        f"{record.get('error') if isinstance(record, dict) else ''}\nLikely mistake: a tensor created without device=... "
-                        "(e.g. torch.ones(n, n) instead of torch.ones(n, n, device=x.device)) or a call to .item()."
-                    ) from None
-                for what, g, e in zip(names, got, expected):
-                    if not isinstance(g, Returned) or not g.device.startswith("meta") or g.shape != tuple(e.shape):
-                        raise AssertionError(
-                            f"{what} of {function} on {call.label}: with inputs on device 'meta' the result should be a "
-                            f"meta tensor of shape {tuple(e.shape)}; got {g if not isinstance(g, Returned) else f'a tensor on {g.device}, shape {g.shape}'}."
-                        )
-                continue
-            got = outcome(record, function, call.label, error_hints, forbidden)
-            if len(got) != len(expected):
-                raise AssertionError(f"{function} should return {len(expected)} value(s) ({', '.join(names)}), got {len(got)}.")
-            dtype = call.dtype
+        def recorder(name, original):
+            signature = inspect.signature(original)
+
+            def record(*args, **kwargs):
+                out = original(*args, **kwargs)
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                entries.append({"name": name, "args": {k: _detached(v) for k, v in bound.arguments.items()}, "out": _detached(out)})
+                return out
+
+            return record
+
+        patches = {name: recorder(name, getattr(module, name)) for name in check.callees if callable(getattr(module, name, None))}
+        try:
+            with mock.patch.dict(module.__dict__, patches), torch.no_grad():
+                check.reference_call(call)
+        except Exception:
+            entries = []
+        call.oracle = entries
+    return calls
+
+
+def _detached(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (tuple, list)):
+        return tuple(_detached(v) for v in value)
+    return value
+
+
+# --- Judges: comparing what came back with the reference ------------------------------------------
+
+
+def _expect(where, g, e, call, mistakes_run):
+    """Compare one reported output g with the expected e (tensor, number, bool, None); raise with a diagnosis."""
+    dtype = call.dtype
+    if isinstance(e, torch.Tensor):
+        if not isinstance(g, Returned):
+            raise AssertionError(f"{where}: expected a tensor, got {type(g).__name__ if not isinstance(g, str) else g}.")
+        if g.shape != tuple(e.shape):
+            raise AssertionError(f"{where}: shape {g.shape}, expected {tuple(e.shape)}." + mistakes_run())
+        if g.dtype != str(e.dtype).replace("torch.", ""):
+            keep = " (keep the input's dtype)" if e.is_floating_point() else ""
+            raise AssertionError(f"{where}: dtype {g.dtype}, expected {e.dtype}{keep}.")
+        if g.device.split(":")[0] != call.device.split(":")[0]:
+            raise AssertionError(f"{where}: on device {g.device}, expected {call.device}.")
+        if call.device == "meta":
+            return
+        e = e.detach()
+        if g.values is None or not _close(g.values.to(e.dtype) if e.dtype != torch.bool else g.values, e, dtype):
+            if e.dtype == torch.bool:
+                raise AssertionError(f"{where}: wrong entries ({int((g.values != e).sum()) if g.values is not None else '?'} of {e.numel()} differ)." + mistakes_run())
+            diff = float("inf") if g.values is None else (g.values.to(e.dtype) - e).abs().nan_to_num(nan=float("inf")).max().item()
+            raise AssertionError(f"{where}: wrong values (largest difference {diff:.3g})." + mistakes_run())
+        return
+    value = _plain(g)
+    if isinstance(e, bool) or e is None:
+        if value is not e and value != e:
+            raise AssertionError(f"{where}: got {value!r}, expected {'a bool' if isinstance(e, bool) else 'None'}{'' if isinstance(e, bool) else ''}." + mistakes_run())
+        return
+    if isinstance(e, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise AssertionError(f"{where}: expected a number ({type(e).__name__}), got {value if isinstance(value, str) else type(value).__name__}.")
+        if isinstance(e, int) and value != e:
+            raise AssertionError(f"{where}: got {value!r}, which is not right." + mistakes_run())
+        if isinstance(e, float) and not math.isclose(value, e, rel_tol=call_float_rel(call), abs_tol=1e-12):
+            raise AssertionError(f"{where}: got {value!r}, which is not right." + mistakes_run())
+        return
+    raise AssertionError(f"{where}: cannot compare a {type(e).__name__}.")
+
+
+def call_float_rel(call):
+    return 1e-6 if call.dtype in (None, torch.float64) else 1e-4
+
+
+def judge_calls(calls, records, function, names, reference_call, mistakes, error_hints, forbidden, run_mistake=None, extra=None):
+    """The shared judging loop: for each call, the reference's outputs (reference_call(call)) and the learner's
+    reported ones, compared output by output; gradients too when the call asks for them.
+    extra(call, record, got): a further check of one call (e.g. a module that did not keep its weights)."""
+    for call, record in zip(calls, records, strict=True):
+        with torch.no_grad():
+            expected = _as_tuple(reference_call(call))
+        if call.device == "meta":
+            try:
+                got = outcome(record, function, call.label, error_hints, forbidden)
+            except AssertionError as failure:
+                if "calls " in str(failure) or "not implemented" in str(failure):
+                    raise
+                raise AssertionError(
+                    f"{function} failed when its inputs are on another device ('meta'), on {call.label}: "
+                    f"{record.get('error') if isinstance(record, dict) else ''}\nLikely mistake: a tensor created without device=... "
+                    "(e.g. torch.ones(n, n) instead of torch.ones(n, n, device=x.device)) or a call to .item()."
+                ) from None
             for what, g, e in zip(names, got, expected):
-                where = f"{what} of {function} on {call.label}"
-                if not isinstance(g, Returned):
-                    raise AssertionError(f"{where}: expected a tensor, got {type(g).__name__ if not isinstance(g, str) else g}.")
-                if g.shape != tuple(e.shape):
-                    raise AssertionError(f"{where}: shape {g.shape}, expected {tuple(e.shape)}.")
-                if g.dtype != str(e.dtype).replace("torch.", ""):
-                    raise AssertionError(f"{where}: dtype {g.dtype}, expected {e.dtype} (keep the input's dtype).")
-                if g.device.split(":")[0] != call.device.split(":")[0]:
-                    raise AssertionError(f"{where}: on device {g.device}, expected {call.device}.")
-                if g.values is None or not _close(g.values, e, dtype):
-                    mistake = diagnose(call, got, mistakes, dtype)
-                    diff = float("inf") if g.values is None else (g.values - e).abs().nan_to_num(nan=float("inf")).max().item()
-                    message = f"{where}: wrong values (largest difference {diff:.3g})."
-                    if mistake:
-                        message += f"\nLikely mistake: {mistake}."
-                    raise AssertionError(message)
+                if isinstance(e, torch.Tensor) and (not isinstance(g, Returned) or not g.device.startswith("meta") or g.shape != tuple(e.shape)):
+                    raise AssertionError(
+                        f"{what} of {function} on {call.label}: with inputs on device 'meta' the result should be a "
+                        f"meta tensor of shape {tuple(e.shape)}; got {g if not isinstance(g, Returned) else f'a tensor on {g.device}, shape {g.shape}'}."
+                        "\nLikely mistake: a tensor created without device=... (e.g. torch.ones(n, n) instead of torch.ones(n, n, device=x.device))."
+                    )
+            continue
+        got = outcome(record, function, call.label, error_hints, forbidden)
+        if len(got) != len(expected):
+            raise AssertionError(f"{function} should return {len(expected)} value(s) ({', '.join(names)}), got {len(got)}.")
 
-    return judge
+        def named_mistake(call=call, got=got):
+            mistake = diagnose(call, got, mistakes, call.dtype, run_mistake) if mistakes else None
+            return f"\nLikely mistake: {mistake}." if mistake else ""
+
+        if extra:
+            extra(call, record, got, expected)
+        for what, g, e in zip(names, got, expected):
+            _expect(f"{what} of {function} on {call.label}", g, e, call, named_mistake)
+        if call.grad_wrt:
+            _judge_gradients(call, record, function, reference_call)
+
+
+def _judge_gradients(call, record, function, reference_call):
+    """Compare the reported gradients with the reference's, for the same seeded projection of the outputs."""
+    expected = expected_gradients(call, reference_call)
+    reported = record.get("grads")
+    if not isinstance(reported, list) or len(reported) != len(expected):
+        raise AssertionError(f"{function}: its gradients on {call.label} could not be computed (is the output cut off from autograd by .detach(), .item() or torch.tensor(...)?).")
+    for i, enc, e in zip(call.grad_wrt, reported, expected):
+        if e is None:
+            continue
+        try:
+            g = decode_value(enc)
+        except Unreadable as exc:
+            raise AssertionError(f"{function}: its gradient on {call.label} could not be read ({exc}).") from None
+        where = f"the gradient of {function}'s output with respect to argument {i + 1} on {call.label}"
+        if not isinstance(g, Returned) or g.values is None:
+            raise AssertionError(f"{where}: missing: the output does not depend on this input through autograd (a .detach(), .item() or torch.tensor(...) on the way?).")
+        if g.shape != tuple(e.shape) or not _close(g.values.to(e.dtype), e, call.dtype):
+            diff = (g.values.to(e.dtype) - e).abs().max().item() if g.shape == tuple(e.shape) else float("inf")
+            raise AssertionError(f"{where}: wrong values (largest difference {diff:.3g}): the output depends on this input in the wrong way.")
+
+
+def expected_gradients(call, reference_call):
+    """The reference's gradients for a call with grad_wrt (the same seeded projection as the runner's)."""
+    with torch.enable_grad():
+        args, kwargs = call.inputs(_functions_of(reference_call))
+        out = reference_call(call, inputs=(args, kwargs))
+        grads = runner._gradients(list(args), list(call.grad_wrt), out, call.grad_seed)
+    return [None if g is None else g.detach() for g in grads]
+
+
+def _functions_of(reference_call):
+    return vars(sys.modules[reference_call.__module__]) if getattr(reference_call, "__module__", None) in sys.modules else {}
+
+
+def function_check(reference, cases_fn, names, mistakes=None, error_hints=None, forbidden=None, callees=(), meta=True,
+                   categories=None, function=None):
+    """The hidden check of a graded function: cases from `cases_fn(seed)` in float32 and float64 on the
+    grading device (and on meta unless meta=False), each output compared with `reference` on the same inputs.
+    Outputs may be tensors (values, shape, dtype, device), ints and bools (exactly), floats, or tuples of them.
+    callees: names of other graded functions of the notebook that this one calls (graded in isolation)."""
+    forbidden = forbidden or {}
+    functions = vars(sys.modules[reference.__module__])
+
+    def reference_call(call, inputs=None):
+        args, kwargs = inputs or call.inputs(functions)
+        return reference(*args, **kwargs)
+
+    reference_call.__module__ = reference.__module__
+
+    def run_mistake(wrong, call):
+        args, kwargs = call.inputs(functions)
+        return wrong(*args, **kwargs)
+
+    def judge(calls, records, function=function or reference.__name__):
+        judge_calls(calls, records, function, names, reference_call, mistakes or {}, error_hints or {}, forbidden, run_mistake)
+
+    return Check(function or reference.__name__, reference_plan(cases_fn, meta=meta), judge, forbidden, tuple(callees),
+                 categories or (("values", "shape", "dtype", "device") if meta else ("values",)), reference_call)
+
+
+def reference_judge(reference, names, mistakes=None, error_hints=None, forbidden=None):
+    """A judge comparing each output with `reference` on the same inputs (values, shape, dtype, device).
+    (function_check builds a whole Check around it, with callees isolated.)"""
+    return function_check(reference, lambda seed: [], names, mistakes, error_hints, forbidden).judge
+
+
+# --- Module exercises ----------------------------------------------------------------------------
+
+
+@dataclass
+class ModuleCase:
+    """One check of a learner's nn.Module: constructor arguments, forward inputs, train() or eval()."""
+
+    label: str
+    init: dict
+    inputs: tuple
+    kwargs: dict = field(default_factory=dict)
+    train: bool = False
+
+
+def grader_weights(module: torch.nn.Module, g: torch.Generator) -> dict:
+    """Parameters drawn by the grader (uniform in ±1/sqrt(fan_in); 1-D ones around 1 or 0 at random), as a
+    CPU state dict of parameters only (buffers are the learner's business)."""
+    state = {}
+    for name, p in module.named_parameters():
+        bound = 1 / math.sqrt(p.shape[-1]) if p.dim() >= 2 else 0.5
+        state[name] = (torch.rand(p.shape, generator=g, dtype=torch.float64) * 2 - 1) * bound
+    return state
+
+
+def build_reference_module(cls, call):
+    """The reference module for a call: built with the same init, the grader's weights, dtype and mode."""
+    module = cls(**call.module["init"])
+    module.to(call.dtype or torch.float32)
+    module.load_state_dict({k: v.to(call.dtype or torch.float32) for k, v in call.module["state"].items()}, strict=False)
+    module.train(bool(call.module.get("train")))
+    return module
+
+
+def module_check(reference_cls, cases_fn, names, mistakes=None, error_hints=None, forbidden=None, callees=(), meta=True,
+                 categories=None, salt=50):
+    """The hidden check of a graded nn.Module class. For each ModuleCase the grader builds reference_cls(**init),
+    draws its parameters from the grading seed and sends them; the sandbox builds the learner's class with the
+    same init, loads those weights (nn.Module.load_state_dict; parameter names must match, the message lists
+    both), sets train()/eval(), and calls it on the inputs (float32 and float64, the grading device, and meta).
+    mistakes: {description: a wrong nn.Module class with the same parameter names}."""
+    forbidden = forbidden or {}
+    functions = vars(sys.modules[reference_cls.__module__])
+
+    def plan(seed, device):
+        calls = []
+        cases = cases_fn(seed)
+        for i, c in enumerate(cases):
+            state = grader_weights(reference_cls(**c.init), generator(seed, salt + i))
+            for d in DTYPES:
+                moved = Case(c.label, c.inputs, c.kwargs).to(d)
+                calls.append(Call(f"{c.label}, {str(d).replace('torch.', '')}, device {device}", moved.args, moved.kwargs, device, d,
+                                  module={"init": c.init, "state": {k: v.to(d) for k, v in state.items()}, "train": c.train}))
+            if meta:
+                moved = Case(c.label, c.inputs, c.kwargs).to(torch.float32)
+                calls.append(Call(f"{c.label}, on device 'meta'", moved.args, moved.kwargs, "meta", torch.float32,
+                                  module={"init": c.init, "state": {k: v.float() for k, v in state.items()}, "train": c.train}))
+        return calls
+
+    def run_class(cls, call, inputs=None):
+        module = build_reference_module(cls, call)
+        args, kwargs = inputs or call.inputs(functions)
+        if call.device == "meta":
+            module.to("meta")
+        return module(*args, **kwargs)
+
+    def reference_call(call, inputs=None):
+        return run_class(reference_cls, call, inputs)
+
+    reference_call.__module__ = reference_cls.__module__
+
+    def weights_kept(call, record, got, expected):
+        if record.get("weights_kept") is False and call.device != "meta":
+            raise AssertionError(
+                f"{function}: after load_state_dict its parameters are not the weights it was given, on {call.label}. "
+                "Keep every weight in an nn.Parameter (or nn.Linear) with the names the exercise gives, and do not "
+                "re-initialise or replace them in forward()."
+            )
+
+    def judge(calls, records, function=reference_cls.__name__):
+        judge_calls(calls, records, function, names, reference_call, mistakes or {}, error_hints or {}, forbidden, run_class, weights_kept)
+
+    function = reference_cls.__name__
+    return Check(function, plan, judge, forbidden, tuple(callees),
+                 categories or ("values", "shape", "dtype", "device", "weights"), reference_call)
+
+
+# --- Typed answers -------------------------------------------------------------------------------
+
+
+def typed_answer_check(expected: dict, tolerance=0.01, mistakes=None, categories=("typed",)):
+    """The hidden check of an answer cell: variables the learner typed (numbers worked out by hand), each
+    compared with `expected[name]` (a tensor computed from solutions/) entry by entry within `tolerance`.
+    The message says which entries are off, never their right values. mistakes: {description: {name: the
+    values that mistake gives}}, named when the learner's numbers match them."""
+    names = list(expected)
+
+    def plan(seed, device):
+        return [Call(name, (), {}, "cpu", torch.float64, variable=name) for name in names]
+
+    def judge(calls, records, function="your answers"):
+        problems, got_all = [], {}
+        for call, record in zip(calls, records, strict=True):
+            name, want = call.variable, expected[call.variable].to(torch.float64)
+            if not isinstance(record, dict) or not record.get("ok"):
+                problems.append(f"`{name}`: {str((record or {}).get('error') or 'no answer').split(': ', 1)[-1]}")
+                continue
+            try:
+                got = decode_value(record.get("outputs"))
+            except Unreadable as exc:
+                problems.append(f"`{name}`: could not be read ({exc})")
+                continue
+            if not isinstance(got, Returned) or got.values is None:
+                problems.append(f"`{name}`: expected numbers")
+                continue
+            values = got.values.to(torch.float64)
+            if tuple(values.shape) != tuple(want.shape):
+                problems.append(f"`{name}` has shape {tuple(values.shape)}, expected {tuple(want.shape)} ({_shape_words(want)})")
+                continue
+            got_all[name] = values
+            off = ((values - want).abs() > tolerance) | values.isnan()
+            if off.any():
+                where = [_index(name, idx) for idx in off.nonzero().tolist()]
+                shown = ", ".join(where[:6]) + (f" and {len(where) - 6} more" if len(where) > 6 else "")
+                problems.append(f"`{name}`: {len(where)} of {values.numel()} entries are off by more than {tolerance:g}: {shown}")
+        if problems:
+            message = "Some typed answers are not right:\n- " + "\n- ".join(problems)
+            for description, values in (mistakes or {}).items():
+                matched = [n for n in values if n in got_all and got_all[n].shape == values[n].shape
+                           and ((got_all[n] - values[n].to(torch.float64)).abs() <= tolerance).all()
+                           and not ((got_all[n] - expected[n].to(torch.float64)).abs() <= tolerance).all()]
+                if matched:
+                    message += f"\nLikely mistake: {description} (this is what {', '.join(f'`{n}`' for n in matched)} would be then)."
+                    break
+            raise AssertionError(message)
+
+    return Check(None, plan, judge, {}, (), categories)
+
+
+def _index(name, idx):
+    return name + "".join(f"[{i}]" for i in idx)
+
+
+def _shape_words(t):
+    return "a single number" if t.dim() == 0 else f"{t.shape[0]} numbers" if t.dim() == 1 else f"{t.shape[0]} rows of {t.shape[1]}" if t.dim() == 2 else "nested lists"

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from autograder.checks import Call, Case, Check, Seeded, generator, outcome, reference_judge, reference_plan, run_local
+from autograder.checks import Call, Case, Check, Seeded, WrongAnswer, function_check, generator, outcome, run_local
 from solutions import ch02_qkv_attention as ref
 
 # --- Known mistakes -----------------------------------------------------------------------------
@@ -23,13 +23,14 @@ def _naive_softmax(x, dim=-1):
     return e / e.sum(dim=dim, keepdim=True)
 
 
-def _sdpa_variant(q, k, v, mask=None, softmax_dim=-1, scale=None, invert_mask=False, mask_after=False, transpose_k=True):
+def _sdpa_variant(q, k, v, mask=None, softmax_dim=-1, scale=None, invert_mask=False, mask_after=False, transpose_k=True,
+                  mask_zero=False, naive=False):
     scale = math.sqrt(q.size(-1)) if scale is None else scale
     scores = q @ (k.transpose(-2, -1) if transpose_k else k) / scale
     keep = None if mask is None else (mask if not invert_mask else ~mask)
     if keep is not None and not mask_after:
-        scores = scores.masked_fill(~keep, float("-inf"))
-    weights = ref.stable_softmax(scores, dim=softmax_dim)
+        scores = scores.masked_fill(~keep, 0.0 if mask_zero else float("-inf"))
+    weights = (_naive_softmax if naive else ref.stable_softmax)(scores, dim=softmax_dim)
     if keep is not None and mask_after:
         weights = weights.masked_fill(~keep, 0.0)
     return weights @ v, weights
@@ -49,6 +50,8 @@ SDPA_MISTAKES = {
     "inverted mask: in this course True means 'may attend', so fill where the mask is False": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, invert_mask=True),
     "mask applied after the softmax: masked scores must become -inf before it, so each row still sums to 1": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, mask_after=True),
     "K is not transposed: the scores are Q Kᵀ, not Q K": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, transpose_k=False),
+    "masked scores set to 0 instead of -inf: a 0 score still gets weight e^0 / sum; use float('-inf')": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, mask_zero=True),
+    "a softmax without the max subtracted overflows for large scores (inf / inf = nan)": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, naive=True),
 }
 
 
@@ -90,6 +93,7 @@ def _softmax_cases(seed):
         Case("a (2, 3, 4) tensor along dim=1", (torch.randn(2, 3, 4, generator=g),), {"dim": 1}),
         Case("a (4, 6) tensor along dim=0", (torch.randn(4, 6, generator=g),), {"dim": 0}),
         Case("large scores (|x| up to 1000)", (1000 * torch.randn(3, 8, generator=g),)),
+        Case("large scores along dim=0 of a (6, 3) tensor", (1000 * torch.randn(6, 3, generator=g),), {"dim": 0}),
     ]
 
 
@@ -109,6 +113,12 @@ def _attention_cases(seed):
             f"batch {b}, {h} heads: q, k, v of shape ({b}, {h}, {n}, 16), causal mask ({n}, {n})",
             (torch.randn(b, h, n, 16, generator=g), torch.randn(b, h, n, 16, generator=g), torch.randn(b, h, n, 16, generator=g), causal),
         ),
+        # Scores in the thousands: exp overflows in float32 unless the softmax subtracts the row maximum.
+        Case(
+            "large scores: q, k of shape (2, 6, 8) with entries up to about 100 (scores up to a few thousand), causal mask",
+            (100 * torch.randn(2, 6, 8, generator=g), 100 * torch.randn(2, 6, 8, generator=g), torch.randn(2, 6, 5, generator=g),
+             torch.ones(6, 6, dtype=torch.bool).tril()),
+        ),
     ]
 
 
@@ -122,6 +132,10 @@ def _self_attention_cases(seed):
             (torch.randn(2, 6, 16, generator=g), torch.randn(16, 4, generator=g), torch.randn(16, 4, generator=g), torch.randn(16, 8, generator=g), causal),
         ),
         Case("x (3, 2, 5, 12), d_k = d_v = 6", (torch.randn(3, 2, 5, 12, generator=g), *(torch.randn(12, 6, generator=g) for _ in range(3)))),
+        Case(
+            "large scores: x (2, 5, 8) with entries up to about 30, d_k = d_v = 4",
+            (30 * torch.randn(2, 5, 8, generator=g), *(torch.randn(8, 4, generator=g) for _ in range(3))),
+        ),
     ]
 
 
@@ -160,19 +174,19 @@ def _variance_judge(calls, records, function="dot_product_variance"):
 
 
 CHECKS = {
-    "stable_softmax_hidden": Check(
-        "stable_softmax", reference_plan(_softmax_cases),
-        reference_judge(ref.stable_softmax, ("softmax",), {**STABILITY_MISTAKES, **SOFTMAX_MISTAKES}, ERROR_HINTS, FORBIDDEN), FORBIDDEN,
+    "stable_softmax_hidden": function_check(
+        ref.stable_softmax, _softmax_cases, ("softmax",), {**STABILITY_MISTAKES, **SOFTMAX_MISTAKES}, ERROR_HINTS, FORBIDDEN,
+        categories=("values", "shape", "dtype", "device", "large"),
     ),
-    "scaled_dot_product_attention_hidden": Check(
-        "scaled_dot_product_attention", reference_plan(_attention_cases),
-        reference_judge(ref.scaled_dot_product_attention, ("output", "weights"), SDPA_MISTAKES, ERROR_HINTS, FORBIDDEN), FORBIDDEN,
+    "scaled_dot_product_attention_hidden": function_check(
+        ref.scaled_dot_product_attention, _attention_cases, ("output", "weights"), SDPA_MISTAKES, ERROR_HINTS, FORBIDDEN,
+        callees=("stable_softmax",), categories=("values", "shape", "dtype", "device", "large"),
     ),
-    "self_attention_hidden": Check(
-        "self_attention", reference_plan(_self_attention_cases),
-        reference_judge(ref.self_attention, ("output", "weights"), SELF_ATTENTION_MISTAKES, ERROR_HINTS, FORBIDDEN), FORBIDDEN,
+    "self_attention_hidden": function_check(
+        ref.self_attention, _self_attention_cases, ("output", "weights"), SELF_ATTENTION_MISTAKES, ERROR_HINTS, FORBIDDEN,
+        callees=("scaled_dot_product_attention",), categories=("values", "shape", "dtype", "device", "large"),
     ),
-    "dot_product_variance_hidden": Check("dot_product_variance", _variance_plan, _variance_judge, FORBIDDEN),
+    "dot_product_variance_hidden": Check("dot_product_variance", _variance_plan, _variance_judge, FORBIDDEN, categories=("values", "generator")),
 }
 
 
@@ -194,3 +208,44 @@ def check_dot_product_variance(fn):
 
 # Names whose appearance in a solution cell's code earns no points (read by autograder.shortcuts, never run).
 SHORTCUT_NAMES = ("softmax", "log_softmax", "_softmax", "scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward")
+
+
+# --- Typical wrong answers, as edits of the reference source (end-to-end and learner-trial tests) ------
+
+WRONG_ANSWERS = {
+    "softmax_wrong_dim": WrongAnswer(
+        "scaled_dot_product_attention", "stable_softmax(scores, dim=-1)", "stable_softmax(scores, dim=-2)",
+        "softmax over the wrong dimension",
+    ),
+    "missing_scale": WrongAnswer(
+        "scaled_dot_product_attention", "q @ k.transpose(-2, -1) / math.sqrt(d_k)", "q @ k.transpose(-2, -1)",
+        "missing scale",
+    ),
+    "sqrt_d_model": WrongAnswer(
+        "self_attention",
+        "    return scaled_dot_product_attention(q, k, v, mask)",
+        "    scores = q @ k.transpose(-2, -1) / math.sqrt(x.size(-1))\n"
+        "    if mask is not None:\n"
+        "        scores = scores.masked_fill(~mask, float('-inf'))\n"
+        "    weights = stable_softmax(scores, dim=-1)\n"
+        "    return weights @ v, weights",
+        "sqrt(d_model)",
+    ),
+    "inverted_mask": WrongAnswer(
+        "scaled_dot_product_attention", "scores.masked_fill(~mask,", "scores.masked_fill(mask,", "inverted mask",
+    ),
+    "mask_after_softmax": WrongAnswer(
+        "scaled_dot_product_attention",
+        '        scores = scores.masked_fill(~mask, float("-inf"))  # masked keys get zero weight\n'
+        "    weights = stable_softmax(scores, dim=-1)  # (..., n, m), each row sums to 1",
+        "        pass\n"
+        "    weights = stable_softmax(scores, dim=-1)\n"
+        "    if mask is not None:\n"
+        "        weights = weights.masked_fill(~mask, 0.0)",
+        "mask applied after the softmax",
+    ),
+    "k_not_transposed": WrongAnswer(
+        "scaled_dot_product_attention", "q @ k.transpose(-2, -1) / math.sqrt(d_k)", "q @ k / math.sqrt(d_k)",
+        "K is not transposed",
+    ),
+}
