@@ -229,7 +229,7 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
     previous_handler = signal.signal(signal.SIGINT, lambda s, f: _request_stop(interrupted))
     progress = tqdm(total=len(todo), desc="grading", unit="notebook", file=sys.stderr, disable=None)
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker) if todo else None
-    print("Grading now (Ctrl-C stops after the notebooks in progress and keeps everything finished).", file=out, flush=True)
+    announced = False
     try:
         pending = {}
         queue = list(todo)
@@ -238,6 +238,10 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
                 student, chapter, notebook = queue.pop(0)
                 _copy_submitted(workdir, student, chapter, notebook)
                 pending[pool.submit(_grade_job, (student, chapter, str(notebook), settings))] = (student, chapter, notebook)
+            if not announced:
+                # Said once the first notebooks are handed to the workers: a Ctrl-C from now on finishes them.
+                print("Grading now (Ctrl-C stops after the notebooks in progress and keeps everything finished).", file=out, flush=True)
+                announced = True
             if not pending:
                 break
             finished, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)

@@ -13,21 +13,117 @@ class CheckFailed(AssertionError):
     """A visible check failed; the message says what was expected and the likely mistake."""
 
 
-def call(fn, *args, error_hints=None, **kwargs):
+# Plain diagnoses of common Python and PyTorch errors, by a fragment of the message.
+COMMON_ERRORS = {
+    "too many values to unpack": "it returned a different number of values than asked for (return every value listed in the docstring, as a tuple).",
+    "not enough values to unpack": "it returned fewer values than asked for (return every value listed in the docstring, as a tuple).",
+    "cannot unpack non-iterable NoneType": "it returned nothing: is the `return` statement missing?",
+    "'NoneType' object": "something is None: a function without `return`, or an optional argument (such as mask=None) used as a tensor.",
+    "must match the size of tensor": "two tensors do not broadcast: check the shapes along the dimension named in the error (a reduction without keepdim=True?).",
+    "cannot be multiplied": "a matrix product of incompatible shapes: check which dimension each operand contributes.",
+    "Expected all tensors to be on the same device": "a tensor created on another device: create tensors with device=x.device.",
+    "is not on the expected device": "a tensor created on another device: create tensors with device=x.device.",
+    "expected scalar type": "tensors of different dtypes were mixed: create tensors with dtype=x.dtype.",
+    "got an unexpected keyword argument": "the function's signature differs from the exercise's: keep the parameter names given.",
+    "positional argument": "the function's signature differs from the exercise's: keep the parameters given.",
+    "is not defined": "a name is used before it is defined: run the cells above (imports, your earlier functions) first.",
+    "has no attribute": "an attribute or method that does not exist on this object (a typo, or a tensor/module mix-up?).",
+    "out of range": "an index or dimension is out of range: check which dimension you index (negative dims count from the end).",
+}
+
+
+def _where_raised(exc, name):
+    """The innermost function of the notebook (not torch's) in the traceback, if it is not `name` itself."""
+    tb, inner = exc.__traceback__, None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if "site-packages" not in code.co_filename and "/torch/" not in code.co_filename and code.co_name not in ("call", "<module>"):
+            inner = code.co_name
+        tb = tb.tb_next
+    return inner if inner and inner != name else None
+
+
+def call(fn, *args, error_hints=None, returns=None, callees=(), **kwargs):
     """Call the learner's fn, turning common exceptions into a diagnosis.
 
-    error_hints: {substring of the exception message: hint}.
+    error_hints: {substring of the exception message: hint} for errors raised in fn itself;
+    returns: the names of the values fn must return, e.g. ("output", "weights"), checked before unpacking;
+    callees: the learner's other exercise functions that fn calls: an error raised inside one of them is
+    reported as that function's, not fn's.
     """
     name = getattr(fn, "__name__", "your function")
     try:
-        return fn(*args, **kwargs)
+        result = fn(*args, **kwargs)
+    except NotImplementedError as exc:
+        inner = _where_raised(exc, name)
+        where = f" (`{inner}`, which {name} calls)" if inner in callees else ""
+        raise CheckFailed(f"{name} is not implemented yet{where}: replace `raise NotImplementedError()`.") from None
+    except Exception as exc:
+        text = f"{type(exc).__name__}: {exc}"
+        inner = _where_raised(exc, name)
+        if inner in callees:
+            raise CheckFailed(f"{name} raised {text}\nThe error comes from `{inner}`, which {name} calls: fix and check that one first.") from None
+        for fragment, hint in list((error_hints or {}).items()) + list(COMMON_ERRORS.items()):
+            if fragment in str(exc):
+                raise CheckFailed(f"{name} raised {text}\nLikely mistake: {hint}") from None
+        raise
+    if result is None:
+        raise CheckFailed(f"{name} returned None: is the `return` statement missing?")
+    if returns is not None and len(returns) > 1:
+        if not isinstance(result, tuple) or len(result) != len(returns):
+            got = f"a tuple of {len(result)}" if isinstance(result, tuple) else f"one {type(result).__name__}"
+            raise CheckFailed(f"{name} should return {len(returns)} values ({', '.join(returns)}), as a tuple; it returned {got}.")
+    return result
+
+
+def expect_dtype(actual, dtype, what):
+    """The result keeps the inputs' dtype (float64 in, float64 out)."""
+    if not isinstance(actual, torch.Tensor):
+        raise CheckFailed(f"{what} should be a torch.Tensor, got {type(actual).__name__}.")
+    if actual.dtype != dtype:
+        raise CheckFailed(f"{what} has dtype {actual.dtype}, expected {dtype}: keep the input's dtype "
+                          "(no .float(), and create new tensors with dtype=x.dtype).")
+
+
+def expect_meta(fn, *args, shape, what, index=None, **kwargs):
+    """Call fn on inputs on PyTorch's 'meta' device (shapes only, no values): the result must be a meta tensor
+    of `shape`. This is how the grader finds tensors created on the wrong device, without a GPU."""
+    name = getattr(fn, "__name__", "your function")
+    try:
+        result = fn(*args, **kwargs)
     except NotImplementedError:
         raise CheckFailed(f"{name} is not implemented yet: replace `raise NotImplementedError()`.") from None
     except Exception as exc:
-        for fragment, hint in (error_hints or {}).items():
-            if fragment in str(exc):
-                raise CheckFailed(f"{name} raised {type(exc).__name__}: {exc}\nLikely mistake: {hint}") from None
-        raise
+        raise CheckFailed(
+            f"{name} fails when its inputs are on another device ('meta'): {type(exc).__name__}: {exc}\n"
+            "Likely mistake: a tensor created without device=... (e.g. torch.ones(n, n) instead of "
+            "torch.ones(n, n, device=x.device)), or a call to .item() / float() on a tensor. On a GPU this fails the same way."
+        ) from None
+    out = result[index] if index is not None else result
+    if not isinstance(out, torch.Tensor) or out.device.type != "meta" or tuple(out.shape) != tuple(shape):
+        got = f"a tensor on {out.device} of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise CheckFailed(f"{what}: with inputs on device 'meta' the result should be a meta tensor of shape {tuple(shape)}; got {got}.")
+
+
+def expect_equal(actual, expected, what):
+    """Exact comparison: ints, bools, or bool/int tensors (same shape, dtype and entries)."""
+    if isinstance(expected, torch.Tensor):
+        expect_shape(actual, expected.shape, what)
+        if actual.dtype != expected.dtype:
+            raise CheckFailed(f"{what} has dtype {actual.dtype}, expected {expected.dtype}.")
+        if not torch.equal(actual.detach().cpu(), expected):
+            wrong = (actual.detach().cpu() != expected).nonzero().tolist()[:5]
+            raise CheckFailed(f"{what} is not right: {int((actual.detach().cpu() != expected).sum())} entries differ (e.g. at {wrong}).\nexpected:\n{expected}\ngot:\n{actual}")
+        return
+    if isinstance(actual, bool) != isinstance(expected, bool) or actual != expected:
+        raise CheckFailed(f"{what} is {actual!r}; expected {expected!r}.")
+
+
+def expect_same(first, second, what):
+    """Two calls with the same generator seed must give the same result (draw with generator=...)."""
+    if first != second:
+        raise CheckFailed(f"{what}: two calls with generators seeded alike gave {first!r} and {second!r}. "
+                          "Draw every random number with generator=generator, so results are reproducible.")
 
 
 def expect_shape(actual, shape, what):

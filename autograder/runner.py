@@ -134,57 +134,40 @@ def _forbidden_modes(names):
     return Tripwire(), AtenTripwire(), seen
 
 
-TOLERANCE = {"float64": (1e-10, 1e-8), "float32": (1e-5, 1e-4)}  # (atol, rtol) when matching a callee's inputs
+CALLEE_RECORDS = 32  # calls of a callee recorded per graded call
 
 
-def _same(value, spec, arrays, device):
-    """Does a callee argument equal the grader's recorded one (tensors within the dtype's tolerance)?"""
-    import torch
-
-    if isinstance(value, torch.Tensor) and value.device.type == "meta":
-        return "meta" in spec and list(value.shape) == spec["meta"]["shape"] and str(value.dtype).replace("torch.", "") == spec["meta"]["dtype"]
-    if isinstance(value, torch.Tensor):
-        if "tensor" not in spec:
-            return False
-        want = decode_arg(spec, arrays, device)
-        if value.shape != want.shape or value.dtype != want.dtype:
-            return False
-        if value.dtype == torch.bool or not value.is_floating_point():
-            return torch.equal(value.detach(), want)
-        atol, rtol = TOLERANCE.get(str(value.dtype).replace("torch.", ""), (1e-5, 1e-4))
-        return torch.allclose(value.detach(), want, atol=atol, rtol=rtol, equal_nan=True)
-    return "value" in spec and spec["value"] == value
-
-
-def _stored(spec, arrays, device):
-    if "tuple" in spec:
-        return tuple(_stored(s, arrays, device) for s in spec["tuple"])
-    value = decode_arg(spec, arrays, device)
-    return value.clone() if hasattr(value, "clone") else value
-
-
-def _oracle(original, entries, arrays, device):
-    """original, except that for the inputs the grader recorded from the reference it returns the reference's
-    result: the caller under test is graded on its own logic, whatever the learner's callee does."""
+def _recording(fn, name, log):
+    """fn, wrapped so that what each call was given and returned is reported (the grader then grades the
+    caller against the reference composed with these results: no double penalty for a callee's mistake)."""
+    import functools
     import inspect
 
     try:
-        signature = inspect.signature(original)
+        signature = inspect.signature(fn)
     except (TypeError, ValueError):
-        return original
+        signature = None
 
-    def oracle(*args, **kwargs):
+    @functools.wraps(fn)
+    def recorder(*args, **kwargs):
         try:
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-        except TypeError:
-            return original(*args, **kwargs)
-        for entry in entries:
-            if set(entry["args"]) == set(bound.arguments) and all(_same(bound.arguments[k], s, arrays, device) for k, s in entry["args"].items()):
-                return _stored(entry["out"], arrays, device)
-        return original(*args, **kwargs)
+            out = fn(*args, **kwargs)
+        except Exception as exc:
+            if len(log) < CALLEE_RECORDS:
+                log.append({"name": name, "raised": f"{type(exc).__name__}: {str(exc)[:200]}"})
+            raise
+        if len(log) < CALLEE_RECORDS:
+            try:
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                given = {k: encode_value(v) for k, v in bound.arguments.items()}
+            except (TypeError, AttributeError):
+                given = None
+            if given is not None:
+                log.append({"name": name, "args": given, "out": encode_value(out)})
+        return out
 
-    return oracle
+    return recorder
 
 
 def _build_module(cls, spec, arrays, device):
@@ -225,10 +208,21 @@ def _gradients(args, grad_wrt, out, seed):
     return list(grads)
 
 
-def run_call(fn, call, arrays, forbidden=(), namespace=None):
+def _innermost_learner_function(exc):
+    """The name of the innermost function defined in a notebook cell in exc's traceback (or None)."""
+    tb, name = exc.__traceback__, None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename.startswith("<cell") or code.co_filename.startswith("<ipython") or "ipykernel" in code.co_filename:
+            name = code.co_name if code.co_name != "<module>" else name
+        tb = tb.tb_next
+    return name
+
+
+def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
     """Call the learner's fn once as the grader planned it; report outputs, errors, input edits, forbidden
-    calls, and (when asked) gradients and whether a module kept its weights. With call["oracle"], the
-    learner's callees named there answer the grader's recorded inputs with the reference's results.
+    calls, and (when asked) gradients, whether a module kept its weights, and what the learner's `callees`
+    (other graded functions it calls) were given and returned.
     `call["variable"]` instead reads a variable of the notebook (a typed answer)."""
     import torch
 
@@ -249,7 +243,7 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None):
             record["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         return record
     grad_wrt = list(call.get("grad_wrt") or [])
-    patched = {}
+    patched, log = {}, []
     observe_fn, observe_aten, seen = _forbidden_modes(set(forbidden))
     start = time.perf_counter()
     try:
@@ -258,10 +252,11 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None):
         for i in grad_wrt:
             args[i] = args[i].detach().clone().requires_grad_(True)
         before = [a.detach().clone() if isinstance(a, torch.Tensor) and a.device.type != "meta" else None for a in args]
-        for name in {e["name"] for e in call.get("oracle") or []}:
-            if callable(namespace.get(name)):
-                patched[name] = namespace[name]
-                namespace[name] = _oracle(patched[name], [e for e in call["oracle"] if e["name"] == name], arrays, device)
+        if not grad_wrt:
+            for name in callees:
+                if callable(namespace.get(name)):
+                    patched[name] = namespace[name]
+                    namespace[name] = _recording(patched[name], name, log)
         target = fn
         if "module" in call:
             target, record["weights_kept"] = _build_module(fn, call["module"], arrays, device)
@@ -275,9 +270,12 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None):
         record["mutated"] = any(b is not None and not torch.equal(b, a.detach()) for b, a in zip(before, args))
     except Exception as exc:  # the learner's error is data here; the grader explains it
         record["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+        record["error_in"] = _innermost_learner_function(exc)
     finally:
         namespace.update(patched)
     record["forbidden"] = list(seen)
+    if log:
+        record["callees"] = log
     record["seconds"] = round(time.perf_counter() - start, 4)
     return record
 
@@ -323,7 +321,7 @@ def main(job_dir):
                 fn = namespace.get(probe["function"]) if probe.get("function") else None
                 if probe.get("function") and not callable(fn):
                     raise NameError(f"{probe['function']} is not defined (did its cell run without errors?)")
-                calls = [run_call(fn, call, arrays, probe["forbidden"], namespace) for call in probe["calls"]]
+                calls = [run_call(fn, call, arrays, probe["forbidden"], namespace, probe.get("callees", ())) for call in probe["calls"]]
                 sys.stdout, sys.stderr = real_stdout, real_stderr
                 send({"event": "probe", "cell": index, "calls": calls})
             else:

@@ -52,3 +52,105 @@ def scan(source: str, forbidden_names) -> list[str]:
             if len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
                 note("uses getattr with a computed name, which hides what the code calls")
     return found
+
+
+# --- Private torch machinery ------------------------------------------------------------------------
+# The grader observes learner calls with a torch function mode and a dispatch mode. torch's private API
+# (torch._C, the mode stacks, DisableTorchFunction, ...) can switch that observation off, so learner code
+# that reaches it earns no points for the exercise it serves. Public torch code never needs it.
+
+TORCH_MODULES = ("torch",)
+MODE_MACHINERY = {
+    "DisableTorchFunction", "DisableTorchFunctionSubclass", "TorchFunctionMode", "TorchDispatchMode", "overrides",
+    "_python_dispatch", "_disable_current_modes", "_pop_mode", "_push_mode", "_pop_mode_temporarily",
+    "_get_current_dispatch_mode", "_len_torch_function_stack", "_pop_torch_function_stack", "_push_on_torch_function_stack",
+    "_set_torch_function_mode", "_unset_dispatch_mode", "_set_dispatch_mode", "_DisableTorchDispatch", "_C",
+    "_disabled_torch_function_impl", "_is_torch_function_mode_enabled", "_ExcludeDispatchKeyGuard",
+}
+
+
+def _torch_aliases(tree) -> set[str]:
+    """Names that refer to torch or one of its submodules in this cell (plus the notebook's usual ones)."""
+    aliases = {"torch", "F", "nn"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in TORCH_MODULES:
+                    aliases.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in TORCH_MODULES:
+            aliases.update(alias.asname or alias.name for alias in node.names)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in aliases:
+                aliases.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return aliases
+
+
+def _private(name: str) -> bool:
+    return name in MODE_MACHINERY or (name.startswith("_") and not name.startswith("__"))
+
+
+def private_machinery(source: str) -> list[str]:
+    """Findings of torch private machinery in one cell's source; [] when there is none or it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    aliases = _torch_aliases(tree)
+    found = []
+
+    def note(text):
+        if text not in found:
+            found.append(text)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            root, chain = node, []
+            while isinstance(root, ast.Attribute):
+                chain.append(root.attr)
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in aliases and any(_private(a) for a in chain):
+                note(f"reaches torch's private machinery (`{'.'.join([root.id] + chain[::-1])}`)")
+            elif node.attr in MODE_MACHINERY - {"overrides", "_C"}:
+                note(f"uses `{node.attr}`, torch's mode machinery")
+        elif isinstance(node, ast.Name) and node.id in MODE_MACHINERY - {"overrides", "_C"}:
+            note(f"uses `{node.id}`, torch's mode machinery")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            names = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else []
+            for module in modules:
+                parts = module.split(".")
+                if parts[0] in TORCH_MODULES and any(_private(p) for p in parts[1:]):
+                    note(f"imports torch's private machinery (`{module}`)")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in TORCH_MODULES:
+                for name in names:
+                    if _private(name):
+                        note(f"imports torch's private machinery (`{name}` from `{node.module}`)")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            parts = node.value.split(".")
+            if all(p.isidentifier() for p in parts) and any(p in MODE_MACHINERY for p in parts):
+                note(f"names torch's private machinery in a string (`{node.value}`)")
+    return found
+
+
+def defined_names(source: str) -> set[str]:
+    """Top-level names a cell defines (functions, classes, assignments); empty when it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for leaf in ast.walk(target):
+                    if isinstance(leaf, ast.Name):
+                        names.add(leaf.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names

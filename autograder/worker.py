@@ -25,7 +25,7 @@ import nbformat
 import numpy as np
 
 from autograder import course, sandbox, shortcuts
-from autograder.checks import attach_oracles, encode_calls
+from autograder.checks import encode_calls
 
 MAX_NOTEBOOK_BYTES = 20 * 2**20
 RESTARTS = 3  # a cell that hangs or kills the process is skipped and the notebook run again, at most this often
@@ -171,7 +171,7 @@ def plan_cells(released, submitted, checks_module):
 
 
 def _prefix_arrays(spec, prefix):
-    """Rename every {"tensor": name} inside a call spec (args, module weights, oracle entries) to prefix+name."""
+    """Rename every {"tensor": name} inside a call spec (args, module weights) to prefix+name."""
     if isinstance(spec, dict):
         if isinstance(spec.get("tensor"), str):
             spec["tensor"] = prefix + spec["tensor"]
@@ -189,13 +189,13 @@ def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dic
         if cell["kind"] != "probe":
             continue
         check = checks_module.CHECKS[cell["probe"]]
-        calls = attach_oracles(check, check.plan(settings.seed, settings.device))
+        calls = check.plan(settings.seed, settings.device)
         specs, cell_arrays = encode_calls(calls)
         prefix = f"c{cell['index']}_"
         for spec in specs:
             _prefix_arrays(spec, prefix)
         arrays.update({prefix + k: v for k, v in cell_arrays.items()})
-        probes[cell["probe"]] = {"function": check.function, "calls": specs, "forbidden": sorted(check.forbidden)}
+        probes[cell["probe"]] = {"function": check.function, "calls": specs, "forbidden": sorted(check.forbidden), "callees": list(check.callees)}
         calls_by_cell[cell["index"]] = calls
     run_cells = [
         {"index": c["index"], "kind": c["kind"], "probe": c["probe"], "source": "pass" if c["index"] in skip else c["source"]}
@@ -233,6 +233,25 @@ def run_with_restarts(cells, checks_module, settings: Settings):
     raise AssertionError("unreachable")
 
 
+def learner_code_findings(function, solutions, cells, checks_module):
+    """What the static reading finds in the learner's code that serves this exercise:
+    (forbidden built-ins, private torch machinery). Read: the exercise's solution cell and every added cell
+    that (re)defines the function; for private machinery also every added cell that defines no graded
+    function (such code acts on the whole run)."""
+    graded = {name for name in solutions}
+    own = [solutions.get(function) or ""] if function else []
+    added = [c["source"] for c in cells if c["origin"] == "a cell you added"]
+    redefining = [src for src in added if function and function in shortcuts.defined_names(src)]
+    forbidden = []
+    for source in own + redefining:
+        forbidden += [f for f in shortcuts.scan(source, checks_module.SHORTCUT_NAMES) if f not in forbidden]
+    loose = [src for src in added if not (shortcuts.defined_names(src) & graded)]
+    private = []
+    for source in own + redefining + loose:
+        private += [f for f in shortcuts.private_machinery(source) if f not in private]
+    return forbidden, private
+
+
 def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points):
     """The score of every graded cell, decided here from the decoded outputs."""
     scores = []
@@ -242,9 +261,13 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points)
         gid = cell["probe"]
         check = checks_module.CHECKS[gid]
         max_score = points[gid]
-        found = shortcuts.scan(solutions.get(check.function) or "", checks_module.SHORTCUT_NAMES)
+        found, hidden = learner_code_findings(check.function, solutions, cells, checks_module)
         if found:
             scores.append(CellScore(gid, 0.0, max_score, f"{check.function}: {'; '.join(found)}. This exercise asks you to write it yourself: no points for it."))
+            continue
+        if hidden:
+            scores.append(CellScore(gid, 0.0, max_score, f"{check.function or 'this exercise'}: {'; '.join(hidden)}. That machinery can switch off the "
+                                    "grader's observation of your code, so this exercise earns no points; use public tensor operations only."))
             continue
         if cell["index"] in skip:
             scores.append(CellScore(gid, 0.0, max_score, skip[cell["index"]]))

@@ -22,13 +22,20 @@ import pytest
 
 from autograder import course, demo, sandbox
 from conftest import ROOT, course_env, run_python
-from test_pipeline import graded_cells, read_summary
+from test_pipeline import graded_cells
+from test_pipeline import read_summary as read_all_chapters
 
 CHAPTER = "02-qkv-attention"
 FULL = 13.0
-# The honest score of a notebook whose scaled_dot_product_attention misses the scale: softmax (3) and the
-# variance experiment (2) are right; attention (5) and self-attention (3), which calls it, are wrong.
-MISSING_SCALE_SCORE = 5.0
+# The honest score of a notebook whose scaled_dot_product_attention misses the scale: softmax (3), the
+# variance experiment (2) and self-attention (3, graded with the reference in place of the learner's
+# attention) are right; attention (5) is wrong.
+MISSING_SCALE_SCORE = 8.0
+
+
+def read_summary(workdir):
+    """{student: {cell id: row}} for chapter 02."""
+    return read_all_chapters(workdir, CHAPTER)
 
 
 def reference_nb():
@@ -122,14 +129,33 @@ def cheat_corpus(workdir, port):
                 "    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
                 "    w = stable_softmax((q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(~mask if mask is not None else torch.zeros((), dtype=torch.bool, device=q.device), float('-inf')), dim=-1)\n"
                 "    return out, w\n")),
-            FULL - 5 - 3,  # attention and self-attention (which calls it) earn nothing
+            FULL - 5,  # attention earns nothing; self-attention, which calls it, is graded on its own
         ),
         "torch-softmax-hidden-in-helper": (
             add_cell(with_cell(reference_nb(), "stable_softmax", lambda s: "def stable_softmax(x, dim=-1):\n    return _helper(x, dim)\n"),
                      "import torch\n_helper = getattr(torch, 'soft' + 'max')", after="imports"),
-            # The static scan sees nothing; the tripwire around each call catches softmax, also where the
-            # learner's attention functions call this stable_softmax. Only the variance experiment is left.
-            2.0,
+            # The static scan sees nothing; the tripwire around each call catches softmax. The attention
+            # functions that call this stable_softmax are graded with the reference's results in its place.
+            FULL - 3,
+        ),
+        # Redefining a graded function in an added cell, with torch's function modes switched off through a
+        # private API, around the forbidden built-in: every learner cell is read, and the dispatch-level
+        # observer sees aten._softmax anyway. Only that exercise earns nothing (its callers are isolated).
+        "redefine-with-private-api": (
+            add_cell(reference_nb(), "import torch\ndef stable_softmax(x, dim=-1):\n    with torch._C.DisableTorchFunction():\n"
+                     "        return torch.softmax(x, dim)", after="stable_softmax"),
+            FULL - 3,
+        ),
+        # Switching the observers off for the whole run, in a cell of its own: every exercise earns nothing.
+        "disable-observers-globally": (
+            add_cell(reference_nb(), "import torch\n_guard = torch._C.DisableTorchFunction()\n_guard.__enter__()", after="imports"),
+            0.0,
+        ),
+        # An ATen op reached through a name the static reading cannot resolve: the dispatch-level observer sees it.
+        "aten-softmax-through-a-computed-name": (
+            add_cell(with_cell(reference_nb(), "stable_softmax", lambda s: "def stable_softmax(x, dim=-1):\n    return _helper(x, dim, False)\n"),
+                     "import torch\n_helper = getattr(torch.ops.aten, '_soft' + 'max')", after="imports"),
+            FULL - 3,
         ),
         # Faking the end of the run only stops the grader from reading further: the learner loses the rest.
         "fake-report-end": (cheat("import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b'{\"event\": \"end\"}\\n')\n    except OSError:\n        pass"), 0.0),
@@ -253,6 +279,7 @@ def test_the_batch_finishes_and_reports_every_student(batch):
     "honest", "honest-with-warnings", "patch-allclose", "input-transformer", "write-gradebook", "read-hidden-checks",
     "import-course-packages", "import-solutions-in-solution", "torch-sdpa-in-solution", "torch-softmax-hidden-in-helper",
     "fake-report-end", "network", "edit-hidden-cell", "duplicated-cell", "kill-the-grader",
+    "redefine-with-private-api", "disable-observers-globally", "aten-softmax-through-a-computed-name",
 ])
 def test_cheat_earns_no_unearned_points(batch, student):
     rows = batch["rows"]
@@ -266,6 +293,9 @@ def test_forbidden_shortcuts_say_why(batch):
     assert "write it yourself" in rows["torch-sdpa-in-solution"]["scaled_dot_product_attention_hidden"]["message"]
     assert "imports the course's own" in rows["import-solutions-in-solution"]["scaled_dot_product_attention_hidden"]["message"]
     assert "torch.softmax" in rows["torch-softmax-hidden-in-helper"]["stable_softmax_hidden"]["message"]
+    assert "private machinery" in rows["redefine-with-private-api"]["stable_softmax_hidden"]["message"]
+    assert "switch off the grader's observation" in rows["disable-observers-globally"]["self_attention_hidden"]["message"]
+    assert "torch._softmax" in rows["aten-softmax-through-a-computed-name"]["stable_softmax_hidden"]["message"]
 
 
 def test_cheats_leave_the_gradebook_intact(batch):

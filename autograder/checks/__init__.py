@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from autograder import runner
+from autograder import nbchecks, runner
 
 # Tolerances per dtype, for compositions of a few matmuls and a softmax on O(1) values.
 # float32 keeps ~7 significant digits; summing a few dozen products loses about one more.
@@ -122,7 +122,6 @@ class Call:
     grad_seed: int = 0
     module: dict | None = None
     variable: str | None = None
-    oracle: list | None = None  # what the reference's callees got and returned (see attach_oracles)
 
     def inputs(self, functions=None):
         """Fresh copies of the inputs as the learner's function saw them (meta tensors for device 'meta').
@@ -151,8 +150,10 @@ class Check:
     """The hidden check of one graded cell: which function, how to call it, how to judge the results.
 
     callees: other graded functions of the notebook that `function` calls. While it is checked, the runner
-    records what the learner's callees returned, and the judge grades `function` against the reference
-    composed with those results, so a mistake in a callee costs points only in the callee's own exercise.
+    records what the learner's callees were given and returned; when the output differs from the reference,
+    the judge compares it with the reference composed with those recorded results (see `composed`), so a
+    mistake in a callee costs points only in the callee's own exercise. Nothing of the reference enters the
+    sandbox: the composition happens here, and the recorded inputs must equal the reference's own.
     categories: what the hidden check grades (values, shape, dtype, device, large, generator, gradient,
     weights, typed); the learner-trial tests require a visible check for each."""
 
@@ -163,7 +164,6 @@ class Check:
     callees: tuple = ()
     categories: tuple = ("values", "shape", "dtype", "device")
     reference_call: Callable | None = None  # (call, inputs=None) -> the reference's outputs (trusted, in-process)
-    callee_module: str | None = None  # where the reference looks its callees up (default: reference_call's module)
 
 
 @dataclass(frozen=True)
@@ -208,11 +208,6 @@ def encode_calls(calls):
             return {"value": a}
         raise TypeError(f"cannot send a {type(a).__name__} to the sandbox")
 
-    def out_spec(out, device):
-        if isinstance(out, tuple):
-            return {"tuple": [out_spec(o, device) for o in out]}
-        return spec(out, device)
-
     specs = []
     for c in calls:
         if c.variable is not None:
@@ -221,14 +216,6 @@ def encode_calls(calls):
         entry = {"device": c.device, "args": [spec(a, c.device) for a in c.args], "kwargs": {k: spec(v, c.device) for k, v in c.kwargs.items()}}
         if c.grad_wrt:
             entry["grad_wrt"], entry["grad_seed"] = list(c.grad_wrt), c.grad_seed
-        if c.oracle:
-            oracle = []
-            for e in c.oracle:
-                try:
-                    oracle.append({"name": e["name"], "args": {k: spec(v, c.device) for k, v in e["args"].items()}, "out": out_spec(e["out"], c.device)})
-                except TypeError:
-                    continue  # an argument that cannot travel: that callee call is not isolated
-            entry["oracle"] = oracle
         if c.module is not None:
             entry["module"] = {
                 "init": {k: spec(v, "cpu") for k, v in c.module["init"].items()},
@@ -285,25 +272,29 @@ def run_local(check: Check, fn, seed=None, device=None, namespace=None):
     """Plan, call and judge in this process (unit tests; in-kernel grading with plain nbgrader).
     namespace: where Fn arguments, callees and typed answers are looked up (default: fn's globals)."""
     seed = grading_seed() if seed is None else seed
-    calls = attach_oracles(check, check.plan(seed, device or grading_device()))
+    calls = check.plan(seed, device or grading_device())
     specs, arrays = encode_calls(calls)
     if namespace is None:
         namespace = getattr(fn, "__globals__", None) or getattr(sys.modules.get(getattr(fn, "__module__", "")), "__dict__", {})
-    records = [runner.run_call(fn, spec, arrays, tuple(check.forbidden), namespace) for spec in specs]
+    records = [runner.run_call(fn, spec, arrays, tuple(check.forbidden), namespace, check.callees) for spec in specs]
     check.judge(calls, records, function=getattr(fn, "__name__", check.function))
 
 
 # --- Judging ------------------------------------------------------------------------------------------
 
 
-def explain_error(name, error, label, error_hints):
-    """A learner's exception, in words: not implemented, a recognised mistake, or the raw error."""
+def explain_error(name, error, label, error_hints, error_in=None):
+    """A learner's exception, in words: not implemented, a recognised mistake, or the raw error.
+    error_in: the innermost notebook function the error came from, when it is not `name` itself."""
     if error.startswith("NotImplementedError"):
-        return f"{name} is not implemented yet: replace `raise NotImplementedError()`."
+        where = f" (`{error_in}`, which {name} calls)" if error_in and error_in != name else ""
+        return f"{name} is not implemented yet{where}: replace `raise NotImplementedError()`."
+    if error_in and error_in != name:
+        return f"{name} raised {error} on {label}.\nThe error comes from `{error_in}`, which {name} calls: fix that one first."
     if error.startswith("LookupError: parameter names differ"):
         return (f"{name}'s parameters do not have the names the exercise gives, so the grader cannot load its weights "
                 f"({error.split(': ', 2)[-1]}). Name the layers as the exercise says.")
-    for fragment, hint in (error_hints or {}).items():
+    for fragment, hint in list((error_hints or {}).items()) + list(nbchecks.COMMON_ERRORS.items()):
         if fragment in error:
             return f"{name} raised {error} on {label}.\nLikely mistake: {hint}"
     return f"{name} raised {error} on {label}."
@@ -320,7 +311,7 @@ def outcome(record, name, label, error_hints, forbidden):
             "no points for it. Write it with basic tensor operations."
         )
     if not record.get("ok"):
-        raise AssertionError(explain_error(name, str(record.get("error")), label, error_hints))
+        raise AssertionError(explain_error(name, str(record.get("error")), label, error_hints, record.get("error_in")))
     if record.get("mutated"):
         raise AssertionError(f"{name} changed its input tensors in place on {label}; work on new tensors instead (e.g. q = q / s, not q /= s).")
     try:
@@ -399,50 +390,70 @@ def reference_plan(cases_fn, meta=True):
     return plan
 
 
-def attach_oracles(check, calls):
-    """For a check with callees: record, for each call, what the reference's callees were given and returned
-    (the 'oracle'). In the sandbox, the learner's callee is replaced for that call by a function that returns
-    the recorded result when it is given the same inputs (else it falls back to the learner's callee), so the
-    caller is graded on its own logic: a mistake in a callee costs points only in the callee's exercise."""
-    if not check.callees or check.reference_call is None:
-        return calls
-    module = sys.modules[check.callee_module or check.reference_call.__module__]
-    for call in calls:
-        if call.variable is not None or call.grad_wrt:
-            continue  # a gradient probe grades the function with its callees (recorded results carry no gradient)
-        entries = []
-
-        def recorder(name, original):
-            signature = inspect.signature(original)
-
-            def record(*args, **kwargs):
-                out = original(*args, **kwargs)
-                bound = signature.bind(*args, **kwargs)
-                bound.apply_defaults()
-                entries.append({"name": name, "args": {k: _detached(v) for k, v in bound.arguments.items()}, "out": _detached(out)})
-                return out
-
-            return record
-
-        patches = {name: recorder(name, getattr(module, name)) for name in check.callees if callable(getattr(module, name, None))}
-        try:
-            with mock.patch.dict(module.__dict__, patches), torch.no_grad():
-                check.reference_call(call)
-        except Exception:
-            entries = []
-        call.oracle = entries
-    return calls
+# --- Judges: comparing what came back with the reference ------------------------------------------
 
 
-def _detached(value):
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, (tuple, list)):
-        return tuple(_detached(v) for v in value)
+def _to_tensors(value):
+    """A decoded callee result as tensors (meta tensors where only the shape was reported)."""
+    if isinstance(value, tuple):
+        return tuple(_to_tensors(v) for v in value)
+    if isinstance(value, Returned):
+        if value.values is not None:
+            return value.values.to(getattr(torch, value.dtype)) if value.dtype in ALLOWED_DTYPES else value.values
+        return torch.empty(value.shape, dtype=getattr(torch, value.dtype, torch.float32), device="meta")
     return value
 
 
-# --- Judges: comparing what came back with the reference ------------------------------------------
+def _same_argument(given, recorded, dtype):
+    if isinstance(given, torch.Tensor):
+        if not isinstance(recorded, Returned) or tuple(given.shape) != recorded.shape:
+            return False
+        if given.device.type == "meta" or recorded.values is None:
+            return given.device.type == "meta" and recorded.values is None
+        if given.dtype == torch.bool or not given.is_floating_point():
+            return torch.equal(given.cpu(), recorded.values.to(given.dtype))
+        return _close(recorded.values.to(given.dtype), given.detach().cpu(), dtype)
+    if isinstance(given, (tuple, list)):
+        return isinstance(recorded, tuple) and len(given) == len(recorded) and all(_same_argument(g, r, dtype) for g, r in zip(given, recorded))
+    return given == recorded
+
+
+def composed(call, record, reference_call, callees, module_name):
+    """The reference's outputs for this call, with each callee call replaced by the learner's recorded result
+    when the reference gives that callee the same inputs (compared here, in the grading process); a callee
+    call the learner did not make with these inputs uses the reference callee. None when nothing was recorded."""
+    entries = []
+    for entry in (record.get("callees") or []) if isinstance(record, dict) else []:
+        if isinstance(entry, dict) and entry.get("name") in callees and isinstance(entry.get("args"), dict) and "out" in entry:
+            try:
+                entries.append((entry["name"], {k: decode_value(v) for k, v in entry["args"].items()}, decode_value(entry["out"])))
+            except Unreadable:
+                continue
+    if not entries:
+        return None
+    module = sys.modules[module_name]
+
+    def replay(name, original):
+        signature = inspect.signature(original)
+
+        def callee(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            for entry_name, given, out in entries:
+                if entry_name == name and set(given) == set(bound.arguments) and all(
+                    _same_argument(bound.arguments[k], given[k], call.dtype) for k in given
+                ):
+                    return _to_tensors(out)
+            return original(*args, **kwargs)
+
+        return callee
+
+    patches = {name: replay(name, getattr(module, name)) for name in callees if callable(getattr(module, name, None))}
+    with mock.patch.dict(module.__dict__, patches), torch.no_grad():
+        try:
+            return _as_tuple(reference_call(call))
+        except Exception:
+            return None
 
 
 def _expect(where, g, e, call, mistakes_run):
@@ -487,7 +498,7 @@ def call_float_rel(call):
     return 1e-6 if call.dtype in (None, torch.float64) else 1e-4
 
 
-def judge_calls(calls, records, function, names, reference_call, mistakes, error_hints, forbidden, run_mistake=None, extra=None):
+def judge_calls(calls, records, function, names, reference_call, mistakes, error_hints, forbidden, run_mistake=None, extra=None, callees=()):
     """The shared judging loop: for each call, the reference's outputs (reference_call(call)) and the learner's
     reported ones, compared output by output; gradients too when the call asks for them.
     extra(call, record, got): a further check of one call (e.g. a module that did not keep its weights)."""
@@ -523,8 +534,19 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
 
         if extra:
             extra(call, record, got, expected)
-        for what, g, e in zip(names, got, expected):
-            _expect(f"{what} of {function} on {call.label}", g, e, call, named_mistake)
+        try:
+            for what, g, e in zip(names, got, expected):
+                _expect(f"{what} of {function} on {call.label}", g, e, call, named_mistake)
+        except AssertionError as failure:
+            # Graded on its own: right if it is the reference composed with what the learner's callees returned.
+            alternative = composed(call, record, reference_call, callees, reference_call.__module__) if callees else None
+            if alternative is None or len(alternative) != len(got):
+                raise
+            try:
+                for what, g, e in zip(names, got, alternative):
+                    _expect(f"{what} of {function} on {call.label}", g, e, call, lambda: "")
+            except AssertionError:
+                raise failure from None
         if call.grad_wrt:
             _judge_gradients(call, record, function, reference_call)
 
@@ -583,7 +605,7 @@ def function_check(reference, cases_fn, names, mistakes=None, error_hints=None, 
         return wrong(*args, **kwargs)
 
     def judge(calls, records, function=function or reference.__name__):
-        judge_calls(calls, records, function, names, reference_call, mistakes or {}, error_hints or {}, forbidden, run_mistake)
+        judge_calls(calls, records, function, names, reference_call, mistakes or {}, error_hints or {}, forbidden, run_mistake, callees=tuple(callees))
 
     return Check(function or reference.__name__, reference_plan(cases_fn, meta=meta), judge, forbidden, tuple(callees),
                  categories or (("values", "shape", "dtype", "device") if meta else ("values",)), reference_call)
@@ -674,7 +696,7 @@ def module_check(reference_cls, cases_fn, names, mistakes=None, error_hints=None
             )
 
     def judge(calls, records, function=reference_cls.__name__):
-        judge_calls(calls, records, function, names, reference_call, mistakes or {}, error_hints or {}, forbidden, run_class, weights_kept)
+        judge_calls(calls, records, function, names, reference_call, mistakes or {}, error_hints or {}, forbidden, run_class, weights_kept, tuple(callees))
 
     function = reference_cls.__name__
     return Check(function, plan, judge, forbidden, tuple(callees),

@@ -1,0 +1,48 @@
+"""The static reading of learner code (autograder.shortcuts): forbidden built-ins and torch's private
+machinery. Each rule is shown to flag the code it is for and to leave ordinary learner code alone."""
+
+import pytest
+
+from autograder import shortcuts
+
+PRIVATE = [
+    "with torch._C.DisableTorchFunction():\n    y = torch.softmax(x, -1)",
+    "import torch._C as c",
+    "from torch._C import DisableTorchFunction",
+    "from torch.overrides import _pop_mode_temporarily",
+    "from torch.utils._python_dispatch import _disable_current_modes",
+    "import torch as t\nt._C._set_torch_function_mode(None)",
+    "T = torch\nwith T._C.DisableTorchFunctionSubclass():\n    pass",
+    "x = getattr(torch, '_C')",
+    "from torch.overrides import TorchFunctionMode\nclass Mine(TorchFunctionMode):\n    pass",
+    "guard = DisableTorchFunction()",
+]
+ORDINARY = [
+    "def stable_softmax(x, dim=-1):\n    m = x.amax(dim=dim, keepdim=True)\n    e = torch.exp(x - m)\n    return e / e.sum(dim=dim, keepdim=True)",
+    "class MultiHeadAttention(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n        self._cache = None\n        self.w_q = nn.Linear(d, d)",
+    "print(torch.softmax(torch.randn(3), -1))  # comparing with the built-in, outside a function",
+    "import torch.nn.functional as F\ny = F.relu(torch.randn(2))",
+    "s = 'my _private note'",
+]
+
+
+@pytest.mark.parametrize("source", PRIVATE)
+def test_private_machinery_is_flagged(source):
+    assert shortcuts.private_machinery(source), f"not flagged:\n{source}"
+
+
+@pytest.mark.parametrize("source", ORDINARY)
+def test_ordinary_code_is_not_flagged(source):
+    assert shortcuts.private_machinery(source) == []
+
+
+def test_defined_names_sees_functions_classes_and_assignments():
+    source = "import math\ndef f(x):\n    return x\nclass M:\n    pass\ng = f\nh, k = 1, 2\n"
+    assert shortcuts.defined_names(source) == {"math", "f", "M", "g", "h", "k"}
+
+
+def test_forbidden_scan_sees_built_ins_and_hiding():
+    names = ("softmax", "scaled_dot_product_attention")
+    assert shortcuts.scan("y = torch.softmax(x, -1)", names)
+    assert shortcuts.scan("f = getattr(torch, name)", names)
+    assert shortcuts.scan("y = x.exp() / x.exp().sum(-1, keepdim=True)", names) == []
