@@ -29,7 +29,7 @@ DEMO_DIR = course.ROOT / "autograder" / "demo"
 
 def catalogue(chapter_id: str) -> dict:
     """The chapter's catalogue of typical wrong answers, as edits of the reference source."""
-    return importlib.import_module(f"autograder.checks.{course.module_name(chapter_id)}").WRONG_ANSWERS
+    return getattr(importlib.import_module(f"autograder.checks.{course.module_name(chapter_id)}"), "WRONG_ANSWERS", {})
 
 
 def reference_source(chapter_id: str, function: str) -> str:

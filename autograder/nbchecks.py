@@ -55,6 +55,8 @@ def call(fn, *args, error_hints=None, returns=None, callees=(), **kwargs):
     try:
         result = fn(*args, **kwargs)
     except NotImplementedError as exc:
+        if str(exc):  # torch's own NotImplementedError (e.g. copying a meta tensor), not the exercise's stub
+            raise CheckFailed(f"{name} raised NotImplementedError: {exc}") from None
         inner = _where_raised(exc, name)
         where = f" (`{inner}`, which {name} calls)" if inner in callees else ""
         raise CheckFailed(f"{name} is not implemented yet{where}: replace `raise NotImplementedError()`.") from None
@@ -91,8 +93,13 @@ def expect_meta(fn, *args, shape, what, index=None, **kwargs):
     name = getattr(fn, "__name__", "your function")
     try:
         result = fn(*args, **kwargs)
-    except NotImplementedError:
-        raise CheckFailed(f"{name} is not implemented yet: replace `raise NotImplementedError()`.") from None
+    except NotImplementedError as exc:
+        if not str(exc):
+            raise CheckFailed(f"{name} is not implemented yet: replace `raise NotImplementedError()`.") from None
+        raise CheckFailed(
+            f"{name} fails when its inputs are on another device ('meta'): NotImplementedError: {exc}\n"
+            "Likely mistake: a tensor moved to or created on the CPU (.cpu(), .item(), torch.tensor(...)) inside the function."
+        ) from None
     except Exception as exc:
         raise CheckFailed(
             f"{name} fails when its inputs are on another device ('meta'): {type(exc).__name__}: {exc}\n"

@@ -97,6 +97,8 @@ def encode_value(value, depth=0):
         return {"tensor": info}
     if isinstance(value, (tuple, list)):
         return {"tuple": [encode_value(v, depth + 1) for v in value[:16]]}
+    if isinstance(value, dict):  # e.g. a dict of named steps (chapter 03's attention_steps)
+        return {"dict": {str(k)[:100]: encode_value(v, depth + 1) for k, v in list(value.items())[:32]}}
     if value is None or isinstance(value, (bool, int, float, str)):
         if isinstance(value, str):
             value = value[:200]
@@ -137,6 +139,13 @@ def _forbidden_modes(names):
 CALLEE_RECORDS = 32  # calls of a callee recorded per graded call
 
 
+def _devices(args, kwargs):
+    """The devices of the tensors among a call's arguments."""
+    import torch
+
+    return sorted({str(a.device) for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)})
+
+
 def _recording(fn, name, log):
     """fn, wrapped so that what each call was given and returned is reported (the grader then grades the
     caller against the reference composed with these results: no double penalty for a callee's mistake)."""
@@ -154,7 +163,7 @@ def _recording(fn, name, log):
             out = fn(*args, **kwargs)
         except Exception as exc:
             if len(log) < CALLEE_RECORDS:
-                log.append({"name": name, "raised": f"{type(exc).__name__}: {str(exc)[:200]}"})
+                log.append({"name": name, "raised": f"{type(exc).__name__}: {str(exc)[:200]}", "devices": _devices(args, kwargs)})
             raise
         if len(log) < CALLEE_RECORDS:
             try:

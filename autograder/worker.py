@@ -127,6 +127,9 @@ def plan_cells(released, submitted, checks_module):
     solutions maps a solution grade id to the learner's source (or None when missing).
     """
     known = {_nbgrader(c).get("grade_id") for c in released.cells if _nbgrader(c).get("grade_id")}
+    # The course's own free cells (no nbgrader metadata, e.g. "Your plot here (optional)"), by cell id.
+    free = {c.get("id"): _source(c).strip().splitlines()[0] if _source(c).strip() else "an empty cell"
+            for c in released.cells if c.cell_type == "code" and not _nbgrader(c)}
     learner, extra_after, seen, notes = {}, {None: []}, set(), []
     anchor = None
     for cell in submitted["cells"]:
@@ -140,15 +143,18 @@ def plan_cells(released, submitted, checks_module):
         else:
             if isinstance(gid, str) and gid in seen:
                 notes.append(f"a second cell with id {gid!r} (a copy?) was run as an extra cell")
-            extra_after.setdefault(anchor, []).append(_source(cell))
+            cell_id = cell.get("id") if not gid else None
+            origin = f"your code in the notebook's cell '{free[cell_id]}'" if cell_id in free else "a cell you added"
+            extra_after.setdefault(anchor, []).append((_source(cell), origin))
 
     cells, solutions = [], {}
 
     def add(kind, source, origin, probe=None):
-        cells.append({"index": len(cells), "kind": kind, "source": source, "probe": probe, "origin": origin})
+        cells.append({"index": len(cells), "kind": kind, "source": source, "probe": probe, "origin": origin,
+                      "learner": kind == "code" and not origin.startswith("the course's")})
 
-    for source in extra_after.get(None, []):
-        add("code", source, "a cell you added")
+    for source, origin in extra_after.get(None, []):
+        add("code", source, origin)
     for cell in released.cells:
         meta = _nbgrader(cell)
         gid = meta.get("grade_id")
@@ -165,8 +171,8 @@ def plan_cells(released, submitted, checks_module):
                 add("probe", "", f"the graded check {gid!r}", probe=gid)
         elif gid not in SKIP_WHEN_GRADING and not gid.endswith("_visible"):
             add("code", cell.source, f"the course's cell {gid!r}")
-        for source in extra_after.get(gid, []):
-            add("code", source, "a cell you added")
+        for source, origin in extra_after.get(gid, []):
+            add("code", source, origin)
     return cells, notes, solutions
 
 
@@ -240,7 +246,7 @@ def learner_code_findings(function, solutions, cells, checks_module):
     function (such code acts on the whole run)."""
     graded = {name for name in solutions}
     own = [solutions.get(function) or ""] if function else []
-    added = [c["source"] for c in cells if c["origin"] == "a cell you added"]
+    added = [c["source"] for c in cells if c.get("learner") and not c["origin"].startswith("your cell ")]
     redefining = [src for src in added if function and function in shortcuts.defined_names(src)]
     forbidden = []
     for source in own + redefining:

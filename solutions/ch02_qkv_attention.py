@@ -19,8 +19,9 @@ from torch import Tensor
 def stable_softmax(x: Tensor, dim: int = -1) -> Tensor:
     """Softmax along `dim` that does not overflow for large inputs.
 
-    softmax(x)_i = exp(x_i - max(x)) / sum_j exp(x_j - max(x)); subtracting the max changes nothing
-    mathematically but keeps every exponent <= 0, so exp never overflows.
+    softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m), where m is the maximum of x ALONG `dim` (one maximum
+    per slice, kept as a size-1 dimension so it broadcasts). Subtracting it changes nothing mathematically
+    but keeps every exponent <= 0, so exp never overflows. Returns a tensor of x's shape and dtype.
     """
     x_max = x.amax(dim=dim, keepdim=True)  # (..., 1, ...) the largest entry along dim
     e = torch.exp(x - x_max)  # every exponent <= 0
@@ -33,8 +34,10 @@ def scaled_dot_product_attention(
     """softmax(q kᵀ / sqrt(d_k)) v, with an optional boolean mask (True = may attend).
 
     q: (..., n, d_k)   k: (..., m, d_k)   v: (..., m, d_v)
-    mask: bool, broadcastable to (..., n, m)
+    mask: bool, broadcastable to (..., n, m); masked scores become -inf (not 0) before the softmax
     returns (output (..., n, d_v), weights (..., n, m))
+    A query whose keys are all masked has no defined softmax (0/0): its row of weights is NaN here, as the
+    formula gives (PyTorch's own F.scaled_dot_product_attention returns zeros instead; both are accepted).
     """
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")

@@ -49,6 +49,8 @@ SOFTMAX_MISTAKES = {
     "the maximum is taken over the whole tensor (x.max()), not along `dim`: slices far below it underflow to 0/0": _whole_tensor_max,
 }
 
+ALL_SOFTMAX_MISTAKES = {**STABILITY_MISTAKES, **SOFTMAX_MISTAKES}
+
 SDPA_MISTAKES = {
     "softmax over the wrong dimension (dim=-2, the queries, instead of dim=-1, the keys)": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, softmax_dim=-2),
     "missing scale: the scores are not divided by sqrt(d_k)": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, scale=1.0),
@@ -206,7 +208,7 @@ def _variance_judge(calls, records, function="dot_product_variance"):
 
 CHECKS = {
     "stable_softmax_hidden": function_check(
-        ref.stable_softmax, _softmax_cases, ("softmax",), {**STABILITY_MISTAKES, **SOFTMAX_MISTAKES}, SOFTMAX_ERROR_HINTS, FORBIDDEN,
+        ref.stable_softmax, _softmax_cases, ("softmax",), ALL_SOFTMAX_MISTAKES, SOFTMAX_ERROR_HINTS, FORBIDDEN,
         categories=("values", "shape", "dtype", "device", "large"),
     ),
     "scaled_dot_product_attention_hidden": function_check(
@@ -277,6 +279,74 @@ WRONG_ANSWERS = {
     ),
     "k_not_transposed": WrongAnswer(
         "scaled_dot_product_attention", "q @ k.transpose(-2, -1) / math.sqrt(d_k)", "q @ k / math.sqrt(d_k)",
-        "K is not transposed",
+        "K is not transposed", category="shape",
+        # A callee that raises stops its caller too: self_attention loses its points, with a message naming it.
+        fails=frozenset({"scaled_dot_product_attention_hidden", "self_attention_hidden"}),
+    ),
+    "mask_with_zero": WrongAnswer(
+        "scaled_dot_product_attention", 'scores.masked_fill(~mask, float("-inf"))', "scores.masked_fill(~mask, 0.0)",
+        "set to 0 instead of -inf",
+    ),
+    "sdpa_default_mask_on_cpu": WrongAnswer(
+        "scaled_dot_product_attention",
+        "    if mask is not None:\n        scores",
+        "    if mask is None:\n        mask = torch.ones(scores.shape[-2:], dtype=torch.bool)  # no device=\n    if True:\n        scores",
+        "device", category="device",
+    ),
+    "sdpa_scores_in_float32": WrongAnswer(
+        "scaled_dot_product_attention", "scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)", "scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(d_k)",
+        "dtype", category="dtype", fails=frozenset({"scaled_dot_product_attention_hidden", "self_attention_hidden"}),
+    ),
+    "sdpa_naive_softmax": WrongAnswer(
+        "scaled_dot_product_attention", "weights = stable_softmax(scores, dim=-1)",
+        "weights = torch.exp(scores) / torch.exp(scores).sum(dim=-1, keepdim=True)",
+        "overflows", category="large",
+    ),
+    "softmax_dim_ignored": WrongAnswer(
+        "stable_softmax", "return e / e.sum(dim=dim, keepdim=True)", "return e / e.sum(dim=-1, keepdim=True)", "wrong values",
+    ),
+    "softmax_no_max": WrongAnswer(
+        "stable_softmax", "x_max = x.amax(dim=dim, keepdim=True)", "x_max = 0", "no max subtracted", category="large",
+    ),
+    "softmax_whole_tensor_max": WrongAnswer(
+        "stable_softmax", "x_max = x.amax(dim=dim, keepdim=True)", "x_max = x.max()", "the maximum is taken over the whole tensor", category="large",
+    ),
+    "softmax_in_float32": WrongAnswer(
+        "stable_softmax", "e = torch.exp(x - x_max)", "e = torch.exp((x - x_max).float())", "dtype", category="dtype",
+        # float32 weights @ float64 values raise in the callers: they lose points, with a message naming stable_softmax.
+        fails=frozenset({"stable_softmax_hidden", "scaled_dot_product_attention_hidden", "self_attention_hidden"}),
+    ),
+    "softmax_max_to_cpu": WrongAnswer(
+        "stable_softmax", "x_max = x.amax(dim=dim, keepdim=True)", "x_max = x.amax(dim=dim, keepdim=True).cpu()", "device", category="device",
+    ),
+    "self_attention_wrong_weights": WrongAnswer(
+        "self_attention", "k = x @ w_k", "k = x @ w_q", "wrong values",
+    ),
+    "self_attention_in_float32": WrongAnswer(
+        "self_attention", "    q = x @ w_q", "    x, w_q, w_k, w_v = x.float(), w_q.float(), w_k.float(), w_v.float()\n    q = x @ w_q", "dtype", category="dtype",
+    ),
+    "self_attention_default_mask_on_cpu": WrongAnswer(
+        "self_attention",
+        "    return scaled_dot_product_attention(q, k, v, mask)",
+        "    if mask is None:\n        mask = torch.ones(x.size(-2), x.size(-2), dtype=torch.bool)  # no device=\n"
+        "    return scaled_dot_product_attention(q, k, v, mask)",
+        "device", category="device",
+    ),
+    "self_attention_naive_softmax": WrongAnswer(
+        "self_attention",
+        "    return scaled_dot_product_attention(q, k, v, mask)",
+        "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))\n"
+        "    if mask is not None:\n"
+        "        scores = scores.masked_fill(~mask, float('-inf'))\n"
+        "    weights = torch.exp(scores) / torch.exp(scores).sum(dim=-1, keepdim=True)\n"
+        "    return weights @ v, weights",
+        "overflows", category="large",
+    ),
+    "variance_ignores_generator": WrongAnswer(
+        "dot_product_variance", "k = torch.randn(n_samples, d_k, generator=generator)", "k = torch.randn(n_samples, d_k)",
+        "different results for the same generator seed", category="generator",
+    ),
+    "variance_divided_by_d_k": WrongAnswer(
+        "dot_product_variance", "(scores / math.sqrt(d_k)).var()", "(scores / d_k).var()", "divide by sqrt(d_k), not d_k",
     ),
 }
