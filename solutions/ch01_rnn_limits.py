@@ -4,7 +4,8 @@ This module is the single source of truth for the chapter's exercises:
 - `rnn_forward`: the step-by-step loop of a vanilla tanh RNN (the sequential dependency h_t <- h_{t-1});
 - `grad_norms_wrt_inputs`: the gradient-norm experiment, ||dh_T/dx_t|| for every t (vanishing/exploding);
 - `path_length`: how many sequential hops separate the first and the last position in an RNN,
-  a self-attention layer or a stack of convolutions.
+  a self-attention layer or a stack of convolutions;
+- `lstm_cell_step`: one step of an LSTM cell (the gates that fight vanishing gradients), equal to nn.LSTMCell.
 
 Conventions used throughout the course: batch-first shapes, written as comments, e.g. (batch, seq, d_in).
 Weights act on row vectors, x @ W, as in chapter 02: W_xh is (d_in, d_h), not nn.RNN's (d_h, d_in).
@@ -95,3 +96,23 @@ def path_length(n: int, kind: str, kernel_size: int = 3) -> int:
         field *= kernel_size
         layers += 1
     return layers
+
+
+def lstm_cell_step(x: Tensor, h: Tensor, c: Tensor, W_xh: Tensor, W_hh: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """One step of an LSTM cell, gates in PyTorch's order (input, forget, cell candidate, output):
+
+        [i, f, g, o] = x @ W_xh + h @ W_hh + b          (split the 4 d_h columns into four blocks of d_h)
+        i, f, o = sigmoid(i), sigmoid(f), sigmoid(o);  g = tanh(g)
+        c_new = f * c + i * g
+        h_new = o * tanh(c_new)
+
+    x: (..., d_in)   h, c: (..., d_h)   W_xh: (d_in, 4 d_h)   W_hh: (d_h, 4 d_h)   b: (4 d_h,)
+    returns (h_new, c_new), each (..., d_h), like nn.LSTMCell.
+
+    Equals torch.nn.LSTMCell(d_in, d_h) with W_xh = weight_ih.T, W_hh = weight_hh.T, b = bias_ih + bias_hh.
+    """
+    gates = x @ W_xh + h @ W_hh + b  # (..., 4 d_h)
+    i, f, g, o = gates.chunk(4, dim=-1)  # (..., d_h) each
+    c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)  # additive update of the cell state
+    h_new = torch.sigmoid(o) * torch.tanh(c_new)
+    return h_new, c_new

@@ -131,6 +131,8 @@ def test_grad_norms_last_step_is_local():
     (100, "cnn", 2, 99),
     (1, "dilated_cnn", 3, 0), (3, "dilated_cnn", 3, 1), (4, "dilated_cnn", 3, 2), (9, "dilated_cnn", 3, 2),
     (10, "dilated_cnn", 3, 3), (27, "dilated_cnn", 3, 3), (28, "dilated_cnn", 3, 4), (1024, "dilated_cnn", 2, 10),
+    # exact powers where math.log(n, k) rounds up (log(125, 5) = 3.0000000000000004): integers only
+    (125, "dilated_cnn", 5, 3), (126, "dilated_cnn", 5, 4), (216, "dilated_cnn", 6, 3), (16807, "dilated_cnn", 7, 5),
 ])
 def test_path_length_known_cases(n, kind, k, expected):
     assert ref.path_length(n, kind, k) == expected, f"path_length({n}, {kind!r}, kernel_size={k})"
@@ -178,3 +180,61 @@ def test_path_length_rnn_matches_first_step_influence(gen, n):
 def test_path_length_rejects_bad_arguments(args, message):
     with pytest.raises(ValueError, match=message):
         ref.path_length(*args)
+
+
+def torch_lstm_cell_from(W_xh, W_hh, b):
+    """An nn.LSTMCell holding the same weights (stored transposed, the bias split in two)."""
+    d_in, four_d_h = W_xh.shape
+    cell = nn.LSTMCell(d_in, four_d_h // 4).to(W_xh.dtype)
+    with torch.no_grad():
+        cell.weight_ih.copy_(W_xh.T)
+        cell.weight_hh.copy_(W_hh.T)
+        cell.bias_ih.copy_(b)
+        cell.bias_hh.zero_()
+    return cell
+
+
+@pytest.mark.parametrize("batch,d_in,d_h", [(1, 3, 4), (5, 8, 6), (2, 4, 4)])
+def test_lstm_cell_step_matches_nn_lstm_cell(gen, batch, d_in, d_h):
+    W_xh = torch.randn(d_in, 4 * d_h, generator=gen, dtype=torch.float64)
+    W_hh = torch.randn(d_h, 4 * d_h, generator=gen, dtype=torch.float64)
+    b = torch.randn(4 * d_h, generator=gen, dtype=torch.float64)
+    x = torch.randn(batch, d_in, generator=gen, dtype=torch.float64)
+    h, c = torch.randn(2, batch, d_h, generator=gen, dtype=torch.float64)
+    h_new, c_new = ref.lstm_cell_step(x, h, c, W_xh, W_hh, b)
+    expected_h, expected_c = torch_lstm_cell_from(W_xh, W_hh, b)(x, (h, c))
+    torch.testing.assert_close(h_new, expected_h, atol=ATOL64, rtol=0)
+    torch.testing.assert_close(c_new, expected_c, atol=ATOL64, rtol=0)
+
+
+def test_lstm_cell_step_unbatched_and_over_a_sequence_matches_nn_lstm(gen):
+    """Without a batch dimension it matches nn.LSTMCell's unbatched mode; looped over time, nn.LSTM."""
+    d_in, d_h, T = 3, 5, 9
+    lstm = nn.LSTM(d_in, d_h, batch_first=True).double()
+    W_xh, W_hh = lstm.weight_ih_l0.detach().T, lstm.weight_hh_l0.detach().T
+    b = (lstm.bias_ih_l0 + lstm.bias_hh_l0).detach()
+    x = torch.randn(2, T, d_in, generator=gen, dtype=torch.float64)
+    h = c = torch.zeros(2, d_h, dtype=torch.float64)
+    outputs = []
+    for t in range(T):
+        h, c = ref.lstm_cell_step(x[:, t], h, c, W_xh, W_hh, b)
+        outputs.append(h)
+    expected, (h_T, c_T) = lstm(x)
+    torch.testing.assert_close(torch.stack(outputs, 1), expected, atol=ATOL64, rtol=0)
+    torch.testing.assert_close(c, c_T[0], atol=ATOL64, rtol=0)
+    cell = torch_lstm_cell_from(W_xh, W_hh, b)
+    h1, c1 = ref.lstm_cell_step(x[0, 0], h[0], c[0], W_xh, W_hh, b)
+    e_h, e_c = cell(x[0, 0], (h[0], c[0]))
+    assert h1.shape == (d_h,)
+    torch.testing.assert_close((h1, c1), (e_h, e_c), atol=ATOL64, rtol=0)
+
+
+def test_lstm_forget_gate_keeps_the_cell_state():
+    """With the forget gate saturated open and the input gate shut, c passes through unchanged."""
+    d_in, d_h = 2, 3
+    b = torch.zeros(4 * d_h, dtype=torch.float64)
+    b[:d_h], b[d_h:2 * d_h] = -50.0, 50.0  # i ~ 0, f ~ 1
+    c = torch.tensor([[0.5, -1.0, 2.0]], dtype=torch.float64)
+    _, c_new = ref.lstm_cell_step(torch.ones(1, d_in, dtype=torch.float64), torch.zeros(1, d_h, dtype=torch.float64), c,
+                                  torch.zeros(d_in, 4 * d_h, dtype=torch.float64), torch.zeros(d_h, 4 * d_h, dtype=torch.float64), b)
+    torch.testing.assert_close(c_new, c, atol=1e-12, rtol=0)

@@ -1,0 +1,305 @@
+"""Chapter 01's checkers: each hidden check passes the reference AND valid alternatives, and fails, with the
+right diagnosis, on every catalogued mistake; callers are graded apart from their callees; the visible checks
+of the generated notebook pass the reference and catch every catalogued wrong answer marked visible."""
+
+import math
+import time
+
+import nbformat
+import pytest
+import torch
+
+from autograder import course, demo
+from autograder.checks import ch01_rnn_limits as checks
+from autograder.checks import run_local
+from solutions import ch01_rnn_limits as ref
+
+CHAPTER = "01-rnn-limits"
+CHECK_OF = {
+    "rnn_forward": checks.check_rnn_forward,
+    "grad_norms_wrt_inputs": checks.check_grad_norms_wrt_inputs,
+    "path_length": checks.check_path_length,
+    "lstm_cell_step": checks.check_lstm_cell_step,
+}
+
+
+def failure_of(check, fn):
+    with pytest.raises(AssertionError) as failure:
+        check(fn)
+    return str(failure.value)
+
+
+# --- Hidden checks: the reference and valid alternatives pass -------------------------------------------
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("name", list(CHECK_OF))
+def test_hidden_checks_pass_the_reference(name):
+    CHECK_OF[name](getattr(ref, name))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 123456])
+def test_hidden_checks_pass_the_reference_for_any_seed(monkeypatch, seed):
+    monkeypatch.setenv("COURSE_GRADING_SEED", str(seed))
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    for name, check in CHECK_OF.items():
+        check(getattr(ref, name))
+
+
+def rnn_forward_preallocated(x, h0, W_xh, W_hh, b):
+    batch, T, _ = x.shape
+    h = torch.zeros(batch, W_hh.shape[0], dtype=x.dtype, device=x.device) if h0 is None else h0
+    out = torch.zeros(batch, T, W_hh.shape[0], dtype=x.dtype, device=x.device)
+    for t in range(T):
+        h = torch.tanh(x[:, t] @ W_xh + h @ W_hh + b)
+        out[:, t] = h
+    return out, h
+
+
+def grad_norms_by_backward(x, h0, W_xh, W_hh, b):
+    """Autograd, one backward pass per hidden unit of h_T (through the reference loop)."""
+    x = x.detach().clone().requires_grad_(True)
+    _, h_T = ref.rnn_forward(x, h0, W_xh, W_hh, b)
+    squares = x.new_zeros(x.shape[:2])
+    for j in range(h_T.shape[-1]):
+        (g,) = torch.autograd.grad(h_T[:, j].sum(), x, retain_graph=True)
+        squares = squares + (g**2).sum(-1)
+    return squares.sqrt()
+
+
+def grad_norms_by_jacobian(x, h0, W_xh, W_hh, b):
+    J = torch.autograd.functional.jacobian(lambda xi: ref.rnn_forward(xi, h0, W_xh, W_hh, b)[1], x)  # (B, d_h, B, T, d_in)
+    i = torch.arange(x.shape[0], device=x.device)
+    return J[i, :, i].pow(2).sum(dim=(1, 3)).sqrt()
+
+
+def path_length_closed_form(n, kind, kernel_size=3):
+    if n == 1:
+        return 0
+    if kind == "rnn":
+        return n - 1
+    if kind == "attention":
+        return 1
+    if kind == "cnn":
+        return math.ceil((n - 1) / (kernel_size - 1))
+    layers = 0
+    while kernel_size**layers < n:
+        layers += 1
+    return layers
+
+
+def lstm_by_slices(x, h, c, W_xh, W_hh, b):
+    d_h = h.shape[-1]
+    z = x @ W_xh + h @ W_hh + b
+    i, f = torch.sigmoid(z[..., :d_h]), torch.sigmoid(z[..., d_h:2 * d_h])
+    g, o = torch.tanh(z[..., 2 * d_h:3 * d_h]), torch.sigmoid(z[..., 3 * d_h:])
+    c_new = f * c + i * g
+    return o * torch.tanh(c_new), c_new
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("name,alternative", [
+    ("rnn_forward", rnn_forward_preallocated),
+    ("grad_norms_wrt_inputs", grad_norms_by_backward),
+    ("grad_norms_wrt_inputs", grad_norms_by_jacobian),
+    ("path_length", path_length_closed_form),
+    ("lstm_cell_step", lstm_by_slices),
+])
+def test_hidden_checks_accept_valid_alternatives(name, alternative):
+    CHECK_OF[name](alternative)
+
+
+# --- Hidden checks: every catalogued mistake fails, with its diagnosis ------------------------------------
+
+CATALOGUES = [
+    ("rnn_forward", {**checks.RNN_MISTAKES, **checks.RNN_SHAPE_MISTAKES, **checks.RNN_LARGE_MISTAKES, **checks.RNN_GRADIENT_MISTAKES}),
+    ("grad_norms_wrt_inputs", {**checks.GRAD_MISTAKES, **checks.GRAD_SHAPE_MISTAKES}),
+    ("path_length", checks.PATH_MISTAKES),
+    ("lstm_cell_step", {**checks.LSTM_MISTAKES, **checks.LSTM_LARGE_MISTAKES}),
+]
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("name,description", [(name, d) for name, catalogue in CATALOGUES for d in catalogue])
+def test_hidden_check_names_each_mistake(name, description):
+    wrong = dict(CATALOGUES)[name][description]
+    assert f"Likely mistake: {description}." in failure_of(CHECK_OF[name], wrong)
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("name", ["rnn_forward", "grad_norms_wrt_inputs", "lstm_cell_step"])
+def test_dtype_and_device_mistakes_are_reported(name):
+    reference = getattr(ref, name)
+
+    def in_float32(*args):
+        out = reference(*args)
+        return tuple(o.float() for o in out) if isinstance(out, tuple) else out.float()
+
+    def on_the_cpu(*args):
+        out = reference(*args)
+        return tuple(o.to("cpu") if o.device.type == "meta" else o for o in out) if isinstance(out, tuple) else out.to("cpu") if out.device.type == "meta" else out
+
+    assert "dtype float32, expected torch.float64" in failure_of(CHECK_OF[name], in_float32)
+    assert "meta" in failure_of(CHECK_OF[name], on_the_cpu)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_path_length_must_return_a_python_int():
+    assert "return a Python int" in failure_of(checks.check_path_length, lambda n, kind, kernel_size=3: float(ref.path_length(n, kind, kernel_size)))
+    assert "return a Python int" in failure_of(checks.check_path_length, lambda n, kind, kernel_size=3: torch.tensor(ref.path_length(n, kind, kernel_size)))
+    assert "return a Python int" in failure_of(checks.check_path_length, lambda n, kind, kernel_size=3: bool(ref.path_length(n, kind, kernel_size)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_seed_grades_an_exact_power_where_a_float_log_rounds_up(seed):
+    traps = [c for c in checks._path_cases(seed) if c.args[1] == "dilated_cnn"
+             and math.ceil(math.log(c.args[0], c.kwargs["kernel_size"])) != ref.path_length(c.args[0], "dilated_cnn", c.kwargs["kernel_size"])]
+    assert traps, "the hidden path_length check must include an exact power at which math.log rounds up"
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("name,call", [
+    ("rnn_forward", lambda x, h0, W_xh, W_hh, b: (lambda rnn: (rnn(x, None if h0 is None else h0.unsqueeze(0))[0], rnn(x)[1][0]))(
+        torch_rnn(W_xh, W_hh, b))),
+    ("lstm_cell_step", lambda x, h, c, W_xh, W_hh, b: torch.lstm_cell(x, (h, c), W_xh.T, W_hh.T, b, torch.zeros_like(b))),
+    ("grad_norms_wrt_inputs", lambda x, *a: grad_norms_by_backward_with(torch_rnn_forward, x, *a)),
+])
+def test_recurrent_built_ins_earn_nothing_even_when_right(name, call):
+    assert "the built-in this exercise asks you to write yourself" in failure_of(CHECK_OF[name], call)
+
+
+def torch_rnn(W_xh, W_hh, b):
+    rnn = torch.nn.RNN(W_xh.shape[0], W_xh.shape[1], batch_first=True).to(W_xh.dtype).to(W_xh.device)
+    with torch.no_grad():
+        rnn.weight_ih_l0.copy_(W_xh.T), rnn.weight_hh_l0.copy_(W_hh.T), rnn.bias_ih_l0.copy_(b), rnn.bias_hh_l0.zero_()
+    return rnn
+
+
+def torch_rnn_forward(x, h0, W_xh, W_hh, b):
+    out, h = torch_rnn(W_xh, W_hh, b)(x, None if h0 is None else h0.unsqueeze(0))
+    return out, h[0]
+
+
+def grad_norms_by_backward_with(forward, x, h0, W_xh, W_hh, b):
+    x = x.detach().clone().requires_grad_(True)
+    _, h_T = forward(x, h0, W_xh, W_hh, b)
+    squares = x.new_zeros(x.shape[:2])
+    for j in range(h_T.shape[-1]):
+        (g,) = torch.autograd.grad(h_T[:, j].sum(), x, retain_graph=True)
+        squares = squares + (g**2).sum(-1)
+    return squares.sqrt()
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_hidden_checks_use_the_grading_seed(monkeypatch):
+    seen = []
+
+    def spy(x, h0, W_xh, W_hh, b):
+        seen.append(x.clone())
+        return ref.rnn_forward(x, h0, W_xh, W_hh, b)
+
+    checks.check_rnn_forward(spy)
+    first = seen[0]
+    seen.clear()
+    monkeypatch.setenv("COURSE_GRADING_SEED", "8")
+    checks.check_rnn_forward(spy)
+    assert not torch.equal(first, seen[0]), "a new grading seed must give new inputs"
+
+
+# --- Callers are graded apart from their callees ----------------------------------------------------------
+
+
+def notebook_namespace(wrong_answers=()):
+    """The filled-in notebook's functions, defined as the notebook defines them (one namespace)."""
+    nb = demo.filled_submission(CHAPTER, wrong_answers)
+    namespace = {"__name__": "__main__"}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "imports"):
+            exec(compile(cell.source, f"<{meta.get('grade_id')}>", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("mistake", ["rnn_no_tanh", "rnn_w_hh_transposed", "rnn_float32_outputs", "rnn_state_on_cpu", "rnn_time_major",
+                                     "rnn_layer_dimension", "rnn_detached_state"])
+def test_chain_rule_grad_norms_does_not_lose_points_for_a_wrong_rnn_forward(mistake):
+    namespace = notebook_namespace([mistake])
+    with pytest.raises(AssertionError):
+        run_local(checks.CHECKS["rnn_forward_hidden"], namespace["rnn_forward"], namespace=namespace)
+    run_local(checks.CHECKS["grad_norms_wrt_inputs_hidden"], namespace["grad_norms_wrt_inputs"], namespace=namespace)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_autograd_grad_norms_through_a_wrong_rnn_forward_names_the_callee():
+    namespace = notebook_namespace(["rnn_no_tanh"])
+    exec(
+        "def grad_norms_wrt_inputs(x, h0, W_xh, W_hh, b):\n"
+        "    x = x.detach().clone().requires_grad_(True)\n"
+        "    _, h_T = rnn_forward(x, h0, W_xh, W_hh, b)\n"
+        "    sq = x.new_zeros(x.shape[:2])\n"
+        "    for j in range(h_T.shape[-1]):\n"
+        "        (g,) = torch.autograd.grad(h_T[:, j].sum(), x, retain_graph=True)\n"
+        "        sq = sq + (g ** 2).sum(-1)\n"
+        "    return sq.sqrt()\n",
+        namespace,
+    )
+    with pytest.raises(AssertionError) as failure:
+        run_local(checks.CHECKS["grad_norms_wrt_inputs_hidden"], namespace["grad_norms_wrt_inputs"], namespace=namespace)
+    assert "`rnn_forward` returns wrong results" in str(failure.value)
+
+
+# --- Catalogued wrong answers (edits of the reference source): hidden and visible ---------------------------
+
+
+def visible_cells():
+    nb = nbformat.read(course.student_notebook(CHAPTER), as_version=4)
+    cells = {}
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.cell_type == "code" and gid:
+            cells[gid] = cell.source
+    return cells
+
+
+def run_visible(namespace, function):
+    """Run the check-helpers cell, then the visible check of `function`; the CheckFailed message or None."""
+    cells = visible_cells()
+    exec(compile(cells["check_helpers"], "<check_helpers>", "exec"), namespace)
+    try:
+        exec(compile(cells[f"{function}_visible"], f"<{function}_visible>", "exec"), namespace)
+    except AssertionError as failure:  # CheckFailed
+        return str(failure)
+    return None
+
+
+def test_visible_checks_pass_the_reference_quickly():
+    namespace = notebook_namespace()
+    start = time.perf_counter()
+    for function in CHECK_OF:
+        assert run_visible(namespace, function) is None, f"the visible check of {function} fails on the reference"
+    assert time.perf_counter() - start < 2.0, "the visible checks must run in under 2 s on CPU"
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("name", list(checks.WRONG_ANSWERS))
+def test_each_wrong_answer_loses_only_its_own_points_with_its_diagnosis(name):
+    wrong = checks.WRONG_ANSWERS[name]
+    namespace = notebook_namespace([name])
+    failed = {}
+    for gid, check in checks.CHECKS.items():
+        try:
+            run_local(check, namespace[check.function], namespace=namespace)
+        except AssertionError as failure:
+            failed[gid] = str(failure)
+    assert set(failed) == set(wrong.failing_cells), f"{name}: failed {sorted(failed)}"
+    assert any(wrong.diagnosis in message for message in failed.values()), f"{name}: {failed}"
+    if wrong.visible:
+        assert run_visible(namespace, wrong.function), f"{name}: the visible check of {wrong.function} does not catch it"
+
+
+def test_every_graded_category_has_a_visible_wrong_answer():
+    for gid, check in checks.CHECKS.items():
+        caught = {w.category for w in checks.WRONG_ANSWERS.values() if w.visible and f"{w.function}_hidden" == gid}
+        missing = set(check.categories) - caught
+        assert not missing, f"{gid}: no catalogued wrong answer of category {sorted(missing)} is caught by a visible check"
