@@ -10,6 +10,9 @@ Two kinds of things live here, both used by the chapter page, its exercises and 
 2. The worked examples' input matrices (one source of truth): the source notes' examples
    (001 §4.1-4.2, 002 §2.2.3-2.2.4) and the weights this course chose where the notes give none.
    Each is a function that returns fresh tensors, so a caller cannot change them for everyone else.
+3. The "your turn" exercise that a learner computes by hand: its inputs (`your_turn_qkv`), its exact
+   steps (`your_turn_answers`) and the reference answer cells (`ANSWER_CELLS`, the steps rounded to two
+   decimals, as typed), from which the exercise notebook and its hidden check are built.
 
 `SEED_PRINTED` holds the numbers *as the source notes print them*. Most of them are wrong; they are
 kept only so that the page can quote them next to the correct values (and a test checks that they
@@ -66,20 +69,6 @@ def attention_steps(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None)
     return {"scores": scores, "scaled": scaled, "weights": weights, "output": output}
 
 
-def _to_heads(x: Tensor, n_heads: int) -> Tensor:
-    """(..., T, n_heads * d) -> (..., n_heads, T, d): head h gets columns h*d ... (h+1)*d - 1."""
-    *lead, t, width = x.shape
-    if width % n_heads != 0:
-        raise ValueError(f"projected width {width} is not divisible by n_heads={n_heads}")
-    return x.reshape(*lead, t, n_heads, width // n_heads).transpose(-3, -2)
-
-
-def _from_heads(x: Tensor) -> Tensor:
-    """(..., n_heads, T, d) -> (..., T, n_heads * d): the heads side by side, head 1 first."""
-    *lead, h, t, d = x.shape
-    return x.transpose(-3, -2).reshape(*lead, t, h * d)
-
-
 def multi_head_steps(
     x_q: Tensor,
     x_k: Tensor,
@@ -105,12 +94,17 @@ def multi_head_steps(
         concat (..., n, h*d_v)                                          the heads side by side
         output (..., n, d_out)                                          concat @ w_o (concat if w_o is None)
     """
+    if w_q.size(1) % n_heads or w_v.size(1) % n_heads:
+        raise ValueError(f"projected widths {w_q.size(1)} and {w_v.size(1)} must be divisible by n_heads={n_heads}")
     q = x_q @ w_q  # (..., n, h*d_k)
     k = x_k @ w_k  # (..., m, h*d_k)
     v = x_v @ w_v  # (..., m, h*d_v)
-    q_heads, k_heads, v_heads = (_to_heads(t, n_heads) for t in (q, k, v))  # (..., h, T, d)
+    # The split: cut the last dim into (h, d) -- head i gets columns i*d ... (i+1)*d - 1 --
+    # then move the head dim in front of the sequence dim: (..., T, h*d) -> (..., T, h, d) -> (..., h, T, d).
+    q_heads, k_heads, v_heads = (t.unflatten(-1, (n_heads, -1)).transpose(-3, -2) for t in (q, k, v))
     steps = attention_steps(q_heads, k_heads, v_heads, mask)  # each head scales by sqrt(d_k of one head)
-    concat = _from_heads(steps["output"])  # (..., n, h*d_v)
+    # The concatenation undoes the split: (..., h, n, d_v) -> (..., n, h, d_v) -> (..., n, h*d_v), head 1 first.
+    concat = steps["output"].transpose(-3, -2).flatten(-2)
     if w_o is not None and w_o.size(0) != concat.size(-1):
         raise ValueError(
             f"W_O must have one row per concatenated column: concat is (..., {concat.size(-1)}), "
@@ -208,6 +202,41 @@ def your_turn_qkv(dtype: torch.dtype = DTYPE) -> tuple[Tensor, Tensor, Tensor]:
     k = torch.tensor([[0.0, 0.0, 0.0, 2.0], [0.0, 2.0, 1.0, 0.0], [1.0, 0.0, 1.0, 1.0]], dtype=dtype)
     v = torch.tensor([[2.0, 0.0], [1.0, 1.0], [2.0, 1.0]], dtype=dtype)
     return q, k, v
+
+
+# ---------------------------------------------------------------------------------------------
+# The "Your turn" exercise: what a learner types (exercise 1 of the chapter's notebook)
+# ---------------------------------------------------------------------------------------------
+
+YOUR_TURN_STEPS = ("scores", "scaled", "weights", "output")  # one answer cell each, in this order
+YOUR_TURN_DECIMALS = 2  # the exercise asks for two decimals
+# Each typed entry is graded within this distance of the exact value. Rounding every intermediate step
+# (e^x, their sum, the weights) to two decimals moves an entry by at most 0.009 here (tests pin it), and
+# the typical slips move some entry of their step by 0.04 or more.
+YOUR_TURN_TOLERANCE = 0.02
+
+
+def your_turn_answers(dtype: torch.dtype = DTYPE) -> dict[str, Tensor]:
+    """The exact steps of the "your turn" example (what the typed answers are graded against)."""
+    return attention_steps(*your_turn_qkv(dtype))
+
+
+def _typed(name: str, t: Tensor, decimals: int = YOUR_TURN_DECIMALS) -> str:
+    """`name = [[a, b], [c, d]]` as a learner would type it, one row per line, rounded to `decimals`."""
+
+    def number(x):
+        s = f"{x:.{decimals}f}"
+        return s[1:] if s.startswith("-") and float(s) == 0 else s  # no "-0.00"
+
+    rows = ["[" + ", ".join(number(x) for x in row) + "]" for row in t.tolist()]
+    pad = " " * (len(name) + 4)
+    return f"{name} = [" + f",\n{pad}".join(rows) + "]"
+
+
+# The reference answer cells of exercise 1 (typed-answer cells, by grade id): the exact steps rounded to two
+# decimals, as a learner types them. The notebook builder puts each between solution markers, so the
+# student notebook never contains them.
+ANSWER_CELLS = {name: _typed(name, value) for name, value in your_turn_answers().items()}
 
 
 # ---------------------------------------------------------------------------------------------

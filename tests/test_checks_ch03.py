@@ -1,0 +1,369 @@
+"""Chapter 03's checks: each passes the reference and valid alternatives, and fails, with its diagnosis, on each
+catalogued mistake; typed answers are graded within the stated tolerance; the notebook's visible checks run
+as a learner would run them (fast, never revealing the typed answers, catching each visible wrong answer).
+
+Tolerances: the typed answers are judged with YOUR_TURN_TOLERANCE (0.02, stated in the exercise); the rounding
+paths below stay within 0.009 of the exact values and every catalogued slip is at least 0.04 away. Function
+checks use the library's per-dtype tolerances.
+"""
+
+import inspect
+import itertools
+import json
+import math
+import re
+import time
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+
+from autograder import course, demo
+from autograder.checks import ch03_worked_examples as checks
+from solutions import ch02_qkv_attention as ch02
+from solutions import ch03_worked_examples as ref
+
+CHAPTER = "03-worked-examples"
+EXACT = ref.your_turn_answers()
+TOL = ref.YOUR_TURN_TOLERANCE
+Q, K, V = ref.your_turn_qkv()
+
+
+def answers(**override):
+    """A notebook namespace with the reference answer cells run, then `override` assigned."""
+    ns = {"torch": torch, "np": np}
+    for cell in ref.ANSWER_CELLS.values():
+        exec(cell, ns)
+    ns.update(override)
+    return ns
+
+
+def typed_failure(name, ns):
+    """The hidden check's message for answer `name`, or None when it passes."""
+    try:
+        checks.check_typed(name, ns)
+    except AssertionError as failure:
+        return str(failure)
+    return None
+
+
+def learner(**sources):
+    """A learner's functions: chapter 2's stable_softmax (given) and the reference's, with sources replaced."""
+    ns = {"math": math, "torch": torch, "Tensor": torch.Tensor}
+    exec(inspect.getsource(ch02.stable_softmax), ns)
+    for name in ("attention_steps", "multi_head_steps"):
+        exec(sources.get(name, inspect.getsource(getattr(ref, name))), ns)
+    return ns
+
+
+# --- Exercises 1-2: typed answers ------------------------------------------------------------------------
+
+
+def test_reference_answer_cells_are_the_exact_steps_rounded_to_two_decimals():
+    ns = answers()
+    for name in checks.STEPS:
+        typed = torch.tensor(ns[name], dtype=torch.float64)
+        assert torch.equal(typed, (EXACT[name] * 100).round() / 100), name
+        assert typed_failure(name, ns) is None, name
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        lambda t: t.tolist(),  # exact values
+        lambda t: tuple(tuple(round(x, 3) for x in row) for row in t.tolist()),  # a tuple, three decimals
+        lambda t: t.to(torch.float32),  # a tensor
+        lambda t: np.round(t.numpy(), 4),  # a NumPy array, four decimals
+        lambda t: [[float(f"{x:.2f}") for x in row] for row in t.tolist()],  # two decimals, as asked
+    ],
+    ids=["exact", "tuple-3-decimals", "tensor-float32", "numpy-4-decimals", "list-2-decimals"],
+)
+def test_valid_forms_of_typed_answers_pass(form):
+    ns = answers(**{name: form(EXACT[name]) for name in checks.STEPS})
+    for name in checks.STEPS:
+        assert typed_failure(name, ns) is None, name
+
+
+def rounding_paths():
+    """Weights and output as a careful hand calculation gets them: e^x rounded to 1-3 decimals (with or
+    without subtracting the row's maximum first), weights rounded to 2 or 3, the output from the rounded weights."""
+    for exp_decimals, weight_decimals, shift in itertools.product((2, 3), (2, 3), (False, True)):
+        x = EXACT["scaled"] - (EXACT["scaled"].amax(-1, keepdim=True) if shift else 0)
+        e = (x.exp() * 10**exp_decimals).round() / 10**exp_decimals
+        w = (e / e.sum(-1, keepdim=True) * 10**weight_decimals).round() / 10**weight_decimals
+        yield (exp_decimals, weight_decimals, shift), w, ((w @ V) * 100).round() / 100
+
+
+@pytest.mark.parametrize("path,weights,output", list(rounding_paths()))
+def test_rounding_every_step_to_two_decimals_passes(path, weights, output):
+    # solutions/ch03 states the bound: within 0.009 of the exact values, well inside the tolerance
+    assert (weights - EXACT["weights"]).abs().max() <= 0.009 and (output - EXACT["output"]).abs().max() <= 0.009, path
+    ns = answers(weights=weights.tolist(), output=output.tolist())
+    assert typed_failure("weights", ns) is None and typed_failure("output", ns) is None
+
+
+@pytest.mark.parametrize("name,description", [(n, d) for n in checks.STEPS for d in checks.TYPED_MISTAKES[n]])
+def test_each_typical_slip_is_far_from_the_answer_and_named(name, description):
+    previous = EXACT.get(checks.PREVIOUS.get(name))
+    wrong = checks.TYPED_MISTAKES[name][description](previous, EXACT)
+    if wrong.shape == EXACT[name].shape:
+        assert (wrong - EXACT[name]).abs().max() >= 2 * TOL, f"{description}: too close to the answer to be told apart"
+    typed = ((wrong * 100).round() / 100).tolist()  # as the learner types it
+    message = typed_failure(name, answers(**{name: typed}))
+    assert message is not None and description in message, message
+    assert f"{EXACT[name].flatten()[0].item():.4f}" not in message  # never the right value
+
+
+def test_a_step_that_follows_from_a_wrong_previous_step_earns_its_points():
+    # forgot the scale, then computed everything else correctly from it (rounded to two decimals each time)
+    wrong_scaled = EXACT["scores"]
+    weights = (ch02.stable_softmax(wrong_scaled) * 100).round() / 100
+    output = ((weights @ V) * 100).round() / 100
+    ns = answers(scaled=wrong_scaled.tolist(), weights=weights.tolist(), output=output.tolist())
+    assert "scale is missing" in typed_failure("scaled", ns)
+    assert typed_failure("weights", ns) is None and typed_failure("output", ns) is None
+    # the output computed from the unrounded wrong weights passes too
+    ns["output"] = (ch02.stable_softmax(wrong_scaled) @ V).tolist()
+    assert typed_failure("output", ns) is None
+
+
+def test_a_wrong_step_that_follows_from_nothing_is_named_and_located():
+    ns = answers(weights=[[0.55, 0.12, 0.36], [0.12, 0.33, 0.55]])  # one entry mistyped
+    message = typed_failure("weights", ns)
+    assert "1 of 6 entries" in message and "weights[0][2]" in message
+    assert "0.33" not in message and "0.3315" not in message  # the right value is not given away
+    # the weights follow from neither the exact nor the learner's scaled scores
+    ns = answers(scaled=[[1.0, 0.25, 0.75], [0.0, 0.5, 0.75]], weights=[[0.1, 0.1, 0.8], [0.2, 0.3, 0.5]])
+    assert "does not follow from your `scaled`" in typed_failure("weights", ns)
+
+
+def test_missing_or_unreadable_answers_are_explained():
+    ns = answers()
+    del ns["scores"]
+    assert "not defined" in typed_failure("scores", ns)
+    assert typed_failure("scores", answers(scores=[[4, 1], [0, 2, 3]])) is not None
+    assert "shape (2, 2)" in typed_failure("weights", answers(weights=[[0.5, 0.5], [0.5, 0.5]]))
+
+
+# --- Exercise 3: attention_steps ----------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_function_checks_pass_the_reference():
+    checks.check_attention_steps(ref.attention_steps)
+    checks.check_multi_head_steps(ref.multi_head_steps)
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("description", list(checks.ATTENTION_STEPS_MISTAKES))
+def test_attention_steps_check_names_each_mistake(description):
+    with pytest.raises(AssertionError) as failure:
+        checks.check_attention_steps(checks.ATTENTION_STEPS_MISTAKES[description])
+    # K not transposed fails with a shape error on non-square inputs: named through its error hint
+    assert description.split(":")[0] in str(failure.value)
+
+
+SOURCE = inspect.getsource(ref.attention_steps)
+MH_SOURCE = inspect.getsource(ref.multi_head_steps)
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("q @ k.transpose(-2, -1)", "q @ k.mT"),
+        ("q @ k.transpose(-2, -1)", "torch.einsum('...nd,...md->...nm', q, k)"),
+        ("scaled = scores / math.sqrt(d_k)", "scaled = (q / math.sqrt(d_k)) @ k.transpose(-2, -1)"),
+        ("scaled = scores / math.sqrt(d_k)", "scaled = scores * d_k ** -0.5"),
+        ('scaled = scaled.masked_fill(~mask, float("-inf"))', 'scaled = torch.where(mask, scaled, float("-inf"))'),
+    ],
+    ids=["mT", "einsum", "scale-q-first", "power", "where"],
+)
+def test_attention_steps_accepts_valid_alternatives(old, new):
+    assert old in SOURCE
+    checks.check_attention_steps(learner(attention_steps=SOURCE.replace(old, new))["attention_steps"])
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize(
+    "result,message",
+    [
+        ('return scores, scaled, weights, output', "it returned a tuple of 4"),
+        ('return {"scores": scores, "weights": weights, "output": output}', "it returned a dict without scaled"),
+        ("return output", "it returned a single tensor"),
+    ],
+)
+def test_attention_steps_must_return_a_dict_of_steps(result, message):
+    source = SOURCE.replace('return {"scores": scores, "scaled": scaled, "weights": weights, "output": output}', result)
+    with pytest.raises(AssertionError, match=message):
+        checks.check_attention_steps(learner(attention_steps=source)["attention_steps"])
+
+
+def test_large_score_cases_have_one_hot_rows_and_overflow_a_naive_softmax():
+    q, k, v = checks._attention_steps_cases(3)[-1].args
+    steps = ref.attention_steps(q, k, v)
+    assert steps["scaled"].max() > 709, "exp overflows in float64 only above 709"
+    assert torch.equal(steps["weights"].max(-1).values, torch.ones(steps["weights"].shape[:-1], dtype=torch.float64))
+    assert torch.isnan(checks.ATTENTION_STEPS_MISTAKES["no max subtracted in the softmax, so exp overflows for large scores (use stable_softmax)"](q, k, v)["weights"]).any()
+    mh = ref.multi_head_steps(*checks._multi_head_cases(3)[-1].args)
+    assert mh["scaled"].max() > 709 and torch.equal(mh["weights"].max(-1).values, torch.ones(mh["weights"].shape[:-1], dtype=torch.float64))
+
+
+# --- Exercise 4: multi_head_steps ---------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("description", list(checks.MULTI_HEAD_MISTAKES))
+def test_multi_head_check_names_each_mistake(description):
+    with pytest.raises(AssertionError) as failure:
+        checks.check_multi_head_steps(checks.MULTI_HEAD_MISTAKES[description])
+    assert description in str(failure.value)
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("scaled = scores / math.sqrt(d_k)", "scaled = scores"),
+        ("stable_softmax(scaled, dim=-1)", "stable_softmax(scaled, dim=-2)"),
+        ("scaled.masked_fill(~mask,", "scaled.masked_fill(mask,"),
+        ("    weights = stable_softmax(scaled, dim=-1)  # (..., n, m)\n", "    weights = scaled.exp() / scaled.exp().sum(-1, keepdim=True)\n"),
+    ],
+    ids=["missing-scale", "softmax-dim", "inverted-mask", "naive-softmax"],
+)
+def test_multi_head_steps_is_graded_apart_from_a_wrong_attention_steps(old, new):
+    ns = learner(attention_steps=SOURCE.replace(old, new))
+    with pytest.raises(AssertionError):
+        checks.check_attention_steps(ns["attention_steps"])
+    checks.check_multi_head_steps(ns["multi_head_steps"])  # right, given what its callee returned
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("(t.unflatten(-1, (n_heads, -1)).transpose(-3, -2) for t in (q, k, v))",
+         "(t.view(*t.shape[:-1], n_heads, t.size(-1) // n_heads).permute(*range(t.dim() - 2), -2, -3, -1) for t in (q, k, v))"),
+        ('concat = steps["output"].transpose(-3, -2).flatten(-2)', 'concat = torch.cat(steps["output"].unbind(-3), dim=-1)'),
+        ('concat = steps["output"].transpose(-3, -2).flatten(-2)', 'concat = steps["output"].transpose(-3, -2).reshape(*x_q.shape[:-1], -1)'),
+        ("(t.unflatten(-1, (n_heads, -1)).transpose(-3, -2) for t in (q, k, v))",
+         "(torch.stack(t.chunk(n_heads, dim=-1), dim=-3) for t in (q, k, v))"),
+    ],
+    ids=["view-permute", "cat-unbind", "reshape", "stack-chunk"],
+)
+def test_multi_head_steps_accepts_valid_alternatives(old, new):
+    assert old in MH_SOURCE
+    checks.check_multi_head_steps(learner(multi_head_steps=MH_SOURCE.replace(old, new))["multi_head_steps"])
+
+
+# --- Wrong answers and the notebook as a learner runs it ----------------------------------------------------
+
+
+def test_wrong_answers_apply_and_cover_every_graded_category_visibly():
+    for name, wrong in checks.WRONG_ANSWERS.items():
+        demo.apply_wrong_answer(demo.reference_source(CHAPTER, wrong.function), wrong)  # raises if it no longer applies
+        assert wrong.failing_cells <= set(checks.CHECKS), name
+    for cell, check in checks.CHECKS.items():
+        function = cell.removesuffix("_hidden")
+        shown = {w.category for w in checks.WRONG_ANSWERS.values() if w.function == function and w.visible}
+        assert set(check.categories) <= shown, f"{function}: no visible wrong answer for {set(check.categories) - shown}"
+
+
+def run_notebook(nb):
+    """Run every code cell in order, as a learner would; return ({grade id: error}, seconds in visible checks)."""
+    ns, failures, seconds = {"__name__": "__main__"}, {}, 0.0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        start = time.perf_counter()
+        try:
+            exec(compile(cell.source, f"<cell {gid}>", "exec"), ns)
+        except Exception as exc:
+            failures[gid] = f"{type(exc).__name__}: {exc}"
+        if gid.endswith("_visible"):
+            seconds += time.perf_counter() - start
+    return failures, seconds
+
+
+@pytest.fixture(scope="module")
+def reference_run():
+    return run_notebook(demo.filled_submission(CHAPTER))
+
+
+def test_the_reference_passes_every_visible_check_in_under_two_seconds(reference_run):
+    failures, seconds = reference_run
+    assert not failures, failures
+    assert seconds < 2.0, f"the visible checks took {seconds:.2f} s"
+
+
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")  # steps_k_dot_t
+@pytest.mark.parametrize("name", list(checks.WRONG_ANSWERS))
+def test_the_visible_check_catches_each_visible_wrong_answer(name):
+    wrong = checks.WRONG_ANSWERS[name]
+    failures, _ = run_notebook(demo.filled_submission(CHAPTER, [name]))
+    caught = f"{wrong.function}_visible" in failures
+    assert caught == wrong.visible, f"{name}: visible check {'fails' if caught else 'passes'}: {failures}"
+    if caught:
+        assert "CheckFailed" in failures[f"{wrong.function}_visible"] or wrong.function == "multi_head_steps", failures
+
+
+@pytest.mark.parametrize(
+    "sources",
+    [
+        {"scores": "scores = ((4, 1, 3), (0, 2, 3))", "weights": "weights = torch.tensor([[0.547, 0.122, 0.332], [0.122, 0.332, 0.547]])"},
+        {"scaled": "import numpy as np\nscaled = np.array([[2, 0.5, 1.5], [0, 1, 1.5]])", "output": "output = [[1.878, 0.453], [1.668, 0.878]]"},
+        {"weights": "weights = [[0.56, 0.11, 0.33], [0.11, 0.33, 0.56]]", "output": "output = [[1.89, 0.44], [1.67, 0.89]]"},
+    ],
+    ids=["tuple-and-tensor", "numpy-and-3-decimals", "coarse-rounding"],
+)
+def test_valid_typed_answers_pass_the_visible_checks(sources):
+    nb = demo.filled_submission(CHAPTER)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in sources:
+            cell.source = sources[gid]
+    failures, _ = run_notebook(nb)
+    assert not failures, failures
+    ns = answers()
+    for gid, source in sources.items():
+        exec(source, ns)
+    for gid in sources:
+        assert typed_failure(gid, ns) is None, gid
+
+
+def test_the_student_notebook_never_shows_the_typed_answers():
+    text = course.student_notebook(CHAPTER).read_text(encoding="utf-8")
+    nb = nbformat.reads(text, as_version=4)
+    code = "\n".join(c.source for c in nb.cells)
+    for name, cell in ref.ANSWER_CELLS.items():
+        for line in cell.splitlines():
+            assert line.split("=")[-1].strip() not in text, f"{name}: {line!r} is in the student notebook"
+    numbers = [(t, float(t)) for t in re.findall(r"\d+\.\d+", code)]
+    for name in ("weights", "output"):  # the steps that need a calculator, at any precision the builder writes
+        for x in EXACT[name].flatten().tolist():
+            near = [t for t, value in numbers if len(t.split(".")[1]) >= 3 and abs(value - x) < 10 ** -len(t.split(".")[1]) / 2 + 1e-12]
+            assert not near, f"{name}: {x:.4f} appears in the student notebook as {near}"
+    assert json.loads(text)["cells"], "the notebook is empty"
+
+
+def test_the_student_notebook_hides_solutions_and_hidden_checks_and_announces_its_points():
+    nb = nbformat.read(course.student_notebook(CHAPTER), as_version=4)
+    text = "\n".join(c.source for c in nb.cells)
+    for secret in ["BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "check_typed", "check_attention_steps", "unflatten(", "masked_fill(~mask"]:
+        assert secret not in text, f"the student notebook reveals {secret!r}"
+    assert "import solutions" not in text and "from solutions" not in text and "autograder" not in text
+    solution_cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    assert [c.metadata.nbgrader.grade_id for c in solution_cells] == [*checks.STEPS, "attention_steps", "multi_head_steps"]
+    assert all("raise NotImplementedError()" in c.source for c in solution_cells)
+    sections = []  # [announced points, points of the graded cells under the heading]
+    for cell in nb.cells:
+        heading = re.match(r"^## \d+\. .*\((\d+) points?\)", cell.source) if cell.cell_type == "markdown" else None
+        if heading:
+            sections.append([int(heading.group(1)), 0])
+        elif cell.metadata.get("nbgrader", {}).get("grade"):
+            sections[-1][1] += cell.metadata.nbgrader.points
+    assert len(sections) >= 4 and all(announced == actual for announced, actual in sections), sections
+    graded = {c.metadata.nbgrader.grade_id for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    assert graded == set(checks.CHECKS)
