@@ -56,7 +56,8 @@ def call(fn, *args, error_hints=None, returns=None, callees=(), **kwargs):
         result = fn(*args, **kwargs)
     except NotImplementedError as exc:
         if str(exc):  # torch's own NotImplementedError (e.g. copying a meta tensor), not the exercise's stub
-            raise CheckFailed(f"{name} raised NotImplementedError: {exc}") from None
+            hint = next((h for f, h in (error_hints or {}).items() if f in str(exc)), None)
+            raise CheckFailed(f"{name} raised NotImplementedError: {exc}" + (f"\nLikely mistake: {hint}" if hint else "")) from None
         inner = _where_raised(exc, name)
         where = f" (`{inner}`, which {name} calls)" if inner in callees else ""
         raise CheckFailed(f"{name} is not implemented yet{where}: replace `raise NotImplementedError()`.") from None
@@ -87,12 +88,48 @@ def expect_dtype(actual, dtype, what):
                           "(no .float(), and create new tensors with dtype=x.dtype).")
 
 
+class _DeviceMixWatch:
+    """Notes the operations that combine a 'meta' tensor with a non-scalar tensor on another device (some,
+    like a matrix product, accept the mix on 'meta' although it fails on a GPU)."""
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        watch = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                found = set()
+
+                def visit(value):
+                    if isinstance(value, torch.Tensor) and value.dim() > 0:
+                        found.add(value.device.type)
+                    elif isinstance(value, (list, tuple)):
+                        for v in value:
+                            visit(v)
+
+                visit(args)
+                visit(list((kwargs or {}).values()))
+                if "meta" in found and len(found) > 1:
+                    watch.mixed.append(str(getattr(func, "overloadpacket", func)))
+                return func(*args, **(kwargs or {}))
+
+        self.mixed, self.mode = [], Mode()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+        return False
+
+
 def expect_meta(fn, *args, shape, what, index=None, **kwargs):
     """Call fn on inputs on PyTorch's 'meta' device (shapes only, no values): the result must be a meta tensor
     of `shape`. This is how the grader finds tensors created on the wrong device, without a GPU."""
     name = getattr(fn, "__name__", "your function")
     try:
-        result = fn(*args, **kwargs)
+        with _DeviceMixWatch() as watch:
+            result = fn(*args, **kwargs)
     except NotImplementedError as exc:
         if not str(exc):
             raise CheckFailed(f"{name} is not implemented yet: replace `raise NotImplementedError()`.") from None
@@ -106,6 +143,11 @@ def expect_meta(fn, *args, shape, what, index=None, **kwargs):
             "Likely mistake: a tensor created without device=... (e.g. torch.ones(n, n) instead of "
             "torch.ones(n, n, device=x.device)), or a call to .item() / float() on a tensor. On a GPU this fails the same way."
         ) from None
+    if watch.mixed:
+        raise CheckFailed(
+            f"{name} combines its 'meta' inputs with a tensor on the CPU (in {watch.mixed[0]}); on a GPU this fails.\n"
+            "Likely mistake: a tensor created without device=... (e.g. torch.eye(n) instead of torch.eye(n, device=x.device))."
+        )
     out = result[index] if index is not None else result
     if not isinstance(out, torch.Tensor) or out.device.type != "meta" or tuple(out.shape) != tuple(shape):
         got = f"a tensor on {out.device} of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__

@@ -114,6 +114,7 @@ def _forbidden_modes(names):
     """Two observers of the forbidden built-ins: a torch function mode (Python-level calls such as
     torch.softmax, F.scaled_dot_product_attention) and a dispatch mode (ATen ops such as aten._softmax,
     reached however the Python side was called). Both only record; the grader decides."""
+    import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -128,12 +129,32 @@ def _forbidden_modes(names):
             note(getattr(func, "__name__", ""))
             return func(*args, **(kwargs or {}))
 
+    mixed = []
+
+    def devices(value, found):
+        if isinstance(value, torch.Tensor):
+            if value.dim() > 0:  # 0-dim CPU tensors mix with any device, as Python numbers do
+                found.add(value.device.type)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                devices(v, found)
+        elif isinstance(value, dict):
+            for v in value.values():
+                devices(v, found)
+        return found
+
     class AtenTripwire(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            note(getattr(getattr(func, "overloadpacket", None), "__name__", ""))
+            name = getattr(getattr(func, "overloadpacket", None), "__name__", "")
+            note(name)
+            # Some ops (matmul among them) silently combine a 'meta' tensor with a CPU one; on a GPU the same
+            # code fails. Seen here, the mix is reported so the meta pass catches a tensor made without device=.
+            found = devices(args, set()) | devices(kwargs or {}, set())
+            if "meta" in found and len(found) > 1 and name not in mixed:
+                mixed.append(name)
             return func(*args, **(kwargs or {}))
 
-    return Tripwire(), AtenTripwire(), seen
+    return Tripwire(), AtenTripwire(), seen, mixed
 
 
 CALLEE_RECORDS = 32  # calls of a callee recorded per graded call
@@ -253,7 +274,7 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
         return record
     grad_wrt = list(call.get("grad_wrt") or [])
     patched, log = {}, []
-    observe_fn, observe_aten, seen = _forbidden_modes(set(forbidden))
+    observe_fn, observe_aten, seen, mixed = _forbidden_modes(set(forbidden))
     start = time.perf_counter()
     try:
         args = [decode_arg(a, arrays, device, namespace) for a in call["args"]]
@@ -283,6 +304,8 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
     finally:
         namespace.update(patched)
     record["forbidden"] = list(seen)
+    if mixed:
+        record["device_mix"] = list(mixed)
     if log:
         record["callees"] = log
     record["seconds"] = round(time.perf_counter() - start, 4)

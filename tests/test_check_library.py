@@ -224,3 +224,13 @@ def test_typed_answers_name_a_mistake_and_report_missing_or_misshapen_answers():
         run_local(TYPED, None, seed=SEED, namespace={"scores": [[0.5, 1.25], [2.0, -1.0]]})
     with pytest.raises(AssertionError, match=r"shape \(4,\), expected \(2, 2\)"):
         run_local(TYPED, None, seed=SEED, namespace={"scores": [0.5, 1.25, 2.0, -1.0], "total": 2.75})
+
+
+def test_meta_pass_catches_a_cpu_tensor_that_matmul_silently_accepts():
+    # meta @ cpu returns a meta tensor without error; the grader still sees the two devices meet.
+    def projects_with_cpu_identity(x):
+        return cumulative_mean(x) @ torch.eye(x.size(-1), dtype=x.dtype)  # no device=
+
+    with pytest.raises(AssertionError, match="combines its inputs with a tensor on another device"):
+        run_local(function_check(cumulative_mean, _x_cases, ("y",)), projects_with_cpu_identity, seed=SEED, device="cpu")
+    run_local(function_check(cumulative_mean, _x_cases, ("y",)), cumulative_mean, seed=SEED, device="cpu")

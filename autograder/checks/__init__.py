@@ -547,6 +547,12 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
                     f"{record.get('error') if isinstance(record, dict) else ''}\nLikely mistake: a tensor created without device=... "
                     "(e.g. torch.ones(n, n) instead of torch.ones(n, n, device=x.device)) or a call to .item()."
                 ) from None
+            if isinstance(record, dict) and record.get("device_mix"):
+                raise AssertionError(
+                    f"{function} combines its inputs with a tensor on another device ({', '.join(map(str, record['device_mix']))[:120]}), "
+                    f"on {call.label} with inputs on device 'meta'. On a GPU this fails.\nLikely mistake: a tensor created "
+                    "without device=... (e.g. torch.eye(n) instead of torch.eye(n, device=x.device))."
+                )
             alternative = None
             for i, (what, g, e) in enumerate(zip(names, got, expected)):
                 if not isinstance(e, torch.Tensor):
