@@ -33,14 +33,17 @@ COMMON_ERRORS = {
 
 
 def _where_raised(exc, name):
-    """The innermost function of the notebook (not torch's) in the traceback, if it is not `name` itself."""
+    """The innermost function of the notebook (not torch's) in the traceback, if it is not `name` itself,
+    one of its methods or a function nested in it."""
     tb, inner = exc.__traceback__, None
     while tb is not None:
         code = tb.tb_frame.f_code
         if "site-packages" not in code.co_filename and "/torch/" not in code.co_filename and code.co_name not in ("call", "<module>"):
-            inner = code.co_name
+            inner = getattr(code, "co_qualname", code.co_name)
         tb = tb.tb_next
-    return inner if inner and inner != name else None
+    if not inner or inner == name or inner.startswith(f"{name}."):
+        return None
+    return inner.split(".")[0] if "." in inner and not inner.split(".")[0][:1].isupper() else inner
 
 
 def call(fn, *args, error_hints=None, returns=None, callees=(), **kwargs):
@@ -51,7 +54,7 @@ def call(fn, *args, error_hints=None, returns=None, callees=(), **kwargs):
     callees: the learner's other exercise functions that fn calls: an error raised inside one of them is
     reported as that function's, not fn's.
     """
-    name = getattr(fn, "__name__", "your function")
+    name = getattr(fn, "__name__", type(fn).__name__)
     try:
         result = fn(*args, **kwargs)
     except NotImplementedError as exc:

@@ -239,12 +239,13 @@ def _gradients(args, grad_wrt, out, seed):
 
 
 def _innermost_learner_function(exc):
-    """The name of the innermost function defined in a notebook cell in exc's traceback (or None)."""
+    """The qualified name of the innermost function defined in a notebook cell in exc's traceback (or None):
+    e.g. 'stable_softmax', or 'MultiHeadAttention.forward' for a method."""
     tb, name = exc.__traceback__, None
     while tb is not None:
         code = tb.tb_frame.f_code
         if code.co_filename.startswith("<cell") or code.co_filename.startswith("<ipython") or "ipykernel" in code.co_filename:
-            name = code.co_name if code.co_name != "<module>" else name
+            name = getattr(code, "co_qualname", code.co_name) if code.co_name != "<module>" else name
         tb = tb.tb_next
     return name
 

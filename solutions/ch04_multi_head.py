@@ -1,7 +1,8 @@
 """Reference solutions for chapter 04-multi-head: multi-head attention.
 
 This module is the single source of truth for the chapter's exercises (split_heads, merge_heads,
-MultiHeadAttention); later chapters (07 encoder layer, 08 decoder layer, 09 KV cache) build on it.
+MultiHeadAttention, mha_parameter_count, and the fixed SelfAttention of note 003); later chapters
+(07 encoder layer, 08 decoder layer, 09 KV cache) build on it.
 
 Conventions used throughout the course:
 - batch-first shapes, written as comments: (batch, heads, seq, d_k);
@@ -13,35 +14,35 @@ Conventions used throughout the course:
 import torch
 from torch import Tensor, nn
 
-from solutions.ch02_qkv_attention import scaled_dot_product_attention
+from solutions.ch02_qkv_attention import scaled_dot_product_attention, stable_softmax
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
     """Cut the last dimension into n_heads slices of width d_k = D // n_heads, one per head.
 
-    x: (batch, seq, D)  ->  (batch, heads, seq, d_k)
-
-    Head h gets the features h*d_k ... (h+1)*d_k - 1 of every position. The view splits D into
-    (heads, d_k); the transpose then moves the head axis in front of the sequence axis. A plain
-    reshape to (batch, heads, seq, d_k) without the transpose would be wrong: it would cut the
-    flat (seq * D) memory into consecutive blocks, so row t of a head would hold d_k features of
-    some other position, not of position t.
+    x: (batch, seq, D)  ->  (batch, heads, seq, d_k), for any batch size.
+    Head h, position t holds the features h*d_k ... (h+1)*d_k - 1 of position t.
+    Raises ValueError if D is not divisible by n_heads.
     """
     batch, seq, d = x.shape
     if d % n_heads != 0:
         raise ValueError(f"d_model={d} is not divisible by n_heads={n_heads}")
     d_k = d // n_heads
+    # view: every position's D features as (heads, d_k), no data moved; transpose: the head axis in front
+    # of the positions. A reshape straight to (batch, heads, seq, d_k) has the right shape but cuts the flat
+    # (seq * D) memory into consecutive blocks: row t of a head would hold features of other positions.
     return x.view(batch, seq, n_heads, d_k).transpose(1, 2)  # (batch, heads, seq, d_k)
 
 
 def merge_heads(x: Tensor) -> Tensor:
     """Inverse of split_heads: concatenate the heads along the feature dimension.
 
-    x: (batch, heads, seq, d_k)  ->  (batch, seq, heads * d_k)
-
-    After the transpose the tensor is not contiguous, so .reshape (or .contiguous().view) is needed.
+    x: (batch, heads, seq, d_k)  ->  (batch, seq, heads * d_k); merge_heads(split_heads(x, h)) == x.
+    Position t of the result is [head 0 at t, head 1 at t, ..., head h-1 at t].
     """
     batch, heads, seq, d_k = x.shape
+    # back to (batch, seq, heads, d_k), then flatten the last two axes; after the transpose the tensor is
+    # not contiguous, so .view would refuse: .reshape (or .contiguous().view) copies when it must.
     return x.transpose(1, 2).reshape(batch, seq, heads * d_k)  # (batch, seq, heads * d_k)
 
 
@@ -51,15 +52,15 @@ class MultiHeadAttention(nn.Module):
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W_O,
     head_i = Attention(Q W_Q^i, K W_K^i, V W_V^i).
 
-    The h per-head projections of width d_k = d_model / h are stored side by side in one
-    nn.Linear(d_model, d_model) per role (w_q, w_k, w_v); split_heads cuts their outputs apart.
+    Parameters (the names and shapes are part of the contract: weights are loaded by name):
+        w_q, w_k, w_v, w_o: nn.Linear(d_model, d_model, bias=bias)
+    The h per-head projections of width d_k = d_model / h sit side by side in one nn.Linear per role;
+    head i uses output features i*d_k ... (i+1)*d_k - 1. Dropout (no parameters): nn.Dropout(dropout),
+    applied to the attention weights in training mode only, as in the paper and nn.MultiheadAttention.
 
     forward(query (B, Tq, D), key (B, Tk, D), value (B, Tk, D), mask=None)
         mask: bool, broadcastable to (B, H, Tq, Tk), True = may attend
-        returns (out (B, Tq, D), weights (B, H, Tq, Tk))
-
-    Dropout (if any) is applied to the attention weights during training, as in the paper and in
-    nn.MultiheadAttention; the returned weights are the ones after dropout.
+        returns (out (B, Tq, D), weights (B, H, Tq, Tk)), the weights after dropout
     """
 
     def __init__(self, d_model: int, n_heads: int, bias: bool = True, dropout: float = 0.0):
@@ -135,8 +136,50 @@ def copy_to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
 
 
 def mha_parameter_count(d_model: int, bias: bool = True) -> int:
-    """Closed form: four d_model x d_model matrices (W_Q, W_K, W_V, W_O), plus four bias vectors.
-
-    4 d_model^2 + 4 d_model with bias, 4 d_model^2 without. Independent of the number of heads.
+    """The number of learnable numbers (weights and biases) of MultiHeadAttention(d_model, n_heads, bias),
+    as a Python int. It does not depend on n_heads, which is why there is no n_heads argument.
     """
-    return 4 * d_model * d_model + (4 * d_model if bias else 0)
+    matrices = 4 * d_model * d_model  # W_Q, W_K, W_V, W_O; h per-head d_model x d_k blocks = one d_model x d_model
+    biases = 4 * d_model if bias else 0  # one vector of length d_model per nn.Linear
+    return matrices + biases
+
+
+class SelfAttention(nn.Module):
+    """Note 003 §6's multi-head SelfAttention with its bugs fixed (chapter 04, "find the bug").
+
+    The notes' class creates queries/keys/values layers of size head_dim x head_dim and never calls them
+    (the raw inputs are used as Q, K and V), and divides the scores by sqrt(embed_size) instead of
+    sqrt(head_dim). Fixed: the three projections are learned embed_size x embed_size maps applied to the
+    inputs before the split into heads (as in the paper), and each head divides by sqrt(head_dim).
+    Everything else is the notes' class: argument order (values, keys, query, mask), masked scores filled
+    with -1e20 where mask == 0 (so True / 1 = may attend, and a fully masked row gets uniform weights),
+    einsum over (batch, seq, heads, head_dim) tensors, fc_out with a bias.
+
+    forward(values (N, Tk, E), keys (N, Tk, E), query (N, Tq, E), mask broadcastable to (N, heads, Tq, Tk)
+    or None) -> (N, Tq, E)
+    """
+
+    def __init__(self, embed_size: int, heads: int):
+        super().__init__()
+        self.embed_size = embed_size
+        self.heads = heads
+        self.head_dim = embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)  # fix 1: (E, E) maps, used below
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(embed_size, embed_size)
+
+    def forward(self, values: Tensor, keys: Tensor, query: Tensor, mask: Tensor | None) -> Tensor:
+        N = query.shape[0]
+        value_len, key_len, query_len = values.shape[1], keys.shape[1], query.shape[1]
+        # fix 1: project first, then split into heads; (N, len, heads, head_dim) is the right layout for
+        # the einsums below, which name the head axis explicitly (no transpose needed)
+        values = self.values(values).reshape(N, value_len, self.heads, self.head_dim)  # (N, Tk, h, d)
+        keys = self.keys(keys).reshape(N, key_len, self.heads, self.head_dim)  # (N, Tk, h, d)
+        queries = self.queries(query).reshape(N, query_len, self.heads, self.head_dim)  # (N, Tq, h, d)
+        energy = torch.einsum("nqhd,nkhd->nhqk", queries, keys)  # (N, h, Tq, Tk)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, -1e20)
+        attention = stable_softmax(energy / self.head_dim**0.5, dim=3)  # fix 2: sqrt(head_dim)
+        out = torch.einsum("nhqk,nkhd->nqhd", attention, values)  # (N, Tq, h, d)
+        return self.fc_out(out.reshape(N, query_len, self.embed_size))  # (N, Tq, E)

@@ -6,6 +6,8 @@ results agree to a few ulps of float64: atol=1e-12 leaves three orders of magnit
 split_heads / merge_heads only move memory, so they must round-trip *exactly* (atol=0).
 """
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -224,3 +226,74 @@ def test_runs_on_the_meta_device():
     causal = torch.ones(5, 5, dtype=torch.bool, device="meta").tril()
     out, w = mha(x, x, x, causal)
     assert out.device.type == "meta" and out.shape == (2, 5, 16) and w.shape == (2, 4, 5, 5)
+
+
+# --- The fixed SelfAttention of note 003 ("find the bug") ------------------------------------------
+
+
+def sa_pair(embed_size, heads, seed=0):
+    """The fixed SelfAttention with random weights, and our MultiHeadAttention computing the same function
+    (no q/k/v biases: the notes' layers have none)."""
+    torch.manual_seed(seed)
+    sa = ref.SelfAttention(embed_size, heads).double()
+    mha = ref.MultiHeadAttention(embed_size, heads).double()
+    with torch.no_grad():
+        for ours, theirs in ((mha.w_q, sa.queries), (mha.w_k, sa.keys), (mha.w_v, sa.values)):
+            ours.weight.copy_(theirs.weight)
+            ours.bias.zero_()
+        mha.w_o.weight.copy_(sa.fc_out.weight)
+        mha.w_o.bias.copy_(sa.fc_out.bias)
+    return sa, mha
+
+
+@pytest.mark.parametrize("batch,tq,tk,d_model,n_heads", CONFIGS)
+def test_fixed_self_attention_is_multi_head_attention(gen, batch, tq, tk, d_model, n_heads):
+    sa, mha = sa_pair(d_model, n_heads)
+    q = torch.randn(batch, tq, d_model, generator=gen, dtype=torch.float64)
+    k = torch.randn(batch, tk, d_model, generator=gen, dtype=torch.float64)
+    v = torch.randn(batch, tk, d_model, generator=gen, dtype=torch.float64)
+    mask = torch.rand(batch, 1, tq, tk, generator=gen) < 0.7
+    mask[..., 0] = True  # no fully masked row
+    torch.testing.assert_close(sa(v, k, q, None), mha(q, k, v)[0], atol=ATOL64, rtol=0)  # note the argument order
+    torch.testing.assert_close(sa(v, k, q, mask), mha(q, k, v, mask)[0], atol=ATOL64, rtol=0)
+
+
+def test_fixed_self_attention_uses_every_parameter():
+    # The notes' class leaves queries/keys/values unused (no gradient); the fix must train all of them.
+    sa = ref.SelfAttention(16, 4)
+    x = torch.randn(2, 5, 16)
+    sa(x, x, x, None).square().sum().backward()
+    for name, p in sa.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, f"{name} gets no gradient"
+
+
+def test_fixed_self_attention_scales_by_head_dim(gen):
+    # One head of width 4 inside embed_size 16: the scores must be divided by sqrt(4), not sqrt(16).
+    sa = ref.SelfAttention(16, 4).double()
+    x = torch.randn(1, 3, 16, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        q = sa.queries(x).view(1, 3, 4, 4).transpose(1, 2)
+        k = sa.keys(x).view(1, 3, 4, 4).transpose(1, 2)
+        v = sa.values(x).view(1, 3, 4, 4).transpose(1, 2)
+        w = torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1)  # sqrt(head_dim) = 2
+        expected = sa.fc_out((w @ v).transpose(1, 2).reshape(1, 3, 16))
+        torch.testing.assert_close(sa(x, x, x, None), expected, atol=ATOL64, rtol=0)
+
+
+def test_fixed_self_attention_fully_masked_row_is_uniform_not_nan():
+    sa = ref.SelfAttention(8, 2).double()
+    x = torch.randn(1, 3, 8, dtype=torch.float64)
+    mask = torch.tensor([[False, False, False], [True, False, False], [True, True, True]])
+    out = sa(x, x, x, mask)
+    assert not out.isnan().any()
+    with torch.no_grad():  # row 0: -1e20 everywhere, so uniform weights: the mean of the values, then fc_out
+        uniform = sa.fc_out(sa.values(x).mean(dim=1))  # (1, 8)
+    torch.testing.assert_close(out[0, 0], uniform[0], atol=ATOL64, rtol=0)
+
+
+@pytest.mark.parametrize("embed_size,heads", [(512, 8), (24, 3)])
+def test_fixed_self_attention_parameter_names_and_shapes(embed_size, heads):
+    shapes = {name: tuple(p.shape) for name, p in ref.SelfAttention(embed_size, heads).named_parameters()}
+    e = embed_size
+    assert shapes == {"values.weight": (e, e), "keys.weight": (e, e), "queries.weight": (e, e), "fc_out.weight": (e, e), "fc_out.bias": (e,)}
+    assert sum(math.prod(s) for s in shapes.values()) == ref.mha_parameter_count(e) - 3 * e  # no q/k/v biases

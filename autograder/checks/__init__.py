@@ -288,6 +288,8 @@ def run_local(check: Check, fn, seed=None, device=None, namespace=None):
 def explain_error(name, error, label, error_hints, error_in=None):
     """A learner's exception, in words: not implemented, a recognised mistake, or the raw error.
     error_in: the innermost notebook function the error came from, when it is not `name` itself."""
+    if error_in and (error_in == name or error_in.startswith(f"{name}.")):
+        error_in = None  # name itself, one of its methods, or a function nested in it
     if error.strip() in ("NotImplementedError", "NotImplementedError:"):
         where = f" (`{error_in}`, which {name} calls)" if error_in and error_in != name else ""
         return f"{name} is not implemented yet{where}: replace `raise NotImplementedError()`."
@@ -306,7 +308,7 @@ def outcome(record, name, label, error_hints, forbidden):
     """The decoded outputs of one call, or AssertionError saying why there are none."""
     if not isinstance(record, dict):
         raise AssertionError(f"{name}: no result for {label}.")
-    used = [forbidden.get(f, f) for f in record.get("forbidden") or [] if f in forbidden]
+    used = list(dict.fromkeys(forbidden.get(f, f) for f in record.get("forbidden") or [] if f in forbidden))
     if used:
         raise AssertionError(
             f"{name} calls {', '.join(used)}, the built-in this exercise asks you to write yourself: "

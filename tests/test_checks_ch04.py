@@ -1,0 +1,480 @@
+"""Chapter 04's checkers: each hidden check passes the reference and valid alternatives, and FAILS, with the
+right diagnosis, on every catalogued mistake; and the notebook, tried as a learner would (reference, blank,
+typical mistakes, valid alternatives, forbidden built-ins), says the right thing in its visible checks too.
+
+The notebook runs here by executing its cells in order in a fresh namespace (what Jupyter does, without a
+kernel), then calling the hidden checks in-process (run_local), as plain `nbgrader autograde` would."""
+
+import inspect
+import math
+import re
+import time
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autograder import build, course, demo
+from autograder.checks import ch04_multi_head as checks
+from autograder.checks import grader_weights, generator, run_local
+from solutions import ch04_multi_head as ref
+from solutions.ch02_qkv_attention import scaled_dot_product_attention, stable_softmax
+
+CHAPTER = "04-multi-head"
+SEED = 7
+
+# --- Hidden checks: reference and catalogued mistakes ------------------------------------------------
+
+CHECKED = [
+    (checks.check_split_heads, ref.split_heads, checks.SPLIT_MISTAKES),
+    (checks.check_merge_heads, ref.merge_heads, checks.MERGE_MISTAKES),
+    (checks.check_MultiHeadAttention, ref.MultiHeadAttention, checks.MHA_MISTAKES),
+    (checks.check_mha_parameter_count, ref.mha_parameter_count, checks.COUNT_MISTAKES),
+    (checks.check_SelfAttention, ref.SelfAttention, checks.SA_MISTAKES),
+]
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("check,reference", [(c, r) for c, r, _ in CHECKED], ids=[r.__name__ for _, r, _ in CHECKED])
+def test_hidden_checks_pass_the_reference(check, reference):
+    check(reference)
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize(
+    "check,wrong,description",
+    [(c, m[d], d) for c, _, m in CHECKED for d in m],
+    ids=[f"{r.__name__}: {d[:50]}" for _, r, m in CHECKED for d in m],
+)
+def test_hidden_check_names_each_catalogued_mistake(check, wrong, description):
+    with pytest.raises(AssertionError) as failure:
+        check(wrong)
+    assert description in str(failure.value)
+
+
+def _large_case_scores(cases_fn, cls, salt, index, q_name, k_name, q_arg, k_arg, n_heads):
+    case = cases_fn(SEED)[index]
+    state = grader_weights(cls(**case.init), generator(SEED, salt + index))
+    scores = {}
+    for dtype in (torch.float32, torch.float64):
+        w_q, w_k = state[f"{q_name}.weight"].to(dtype), state[f"{k_name}.weight"].to(dtype)
+        b_q, b_k = state.get(f"{q_name}.bias"), state.get(f"{k_name}.bias")
+        q = case.inputs[q_arg].to(dtype) @ w_q.T + (0 if b_q is None else b_q.to(dtype))
+        k = case.inputs[k_arg].to(dtype) @ w_k.T + (0 if b_k is None else b_k.to(dtype))
+        q, k = ref.split_heads(q, n_heads), ref.split_heads(k, n_heads)
+        scores[dtype] = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return scores
+
+
+@pytest.mark.parametrize("args", [
+    (checks._mha_cases, ref.MultiHeadAttention, checks.MHA_SALT, checks.MHA_LARGE_INDEX, "w_q", "w_k", 0, 1, 2),
+    (checks._sa_cases, ref.SelfAttention, checks.SA_SALT, checks.SA_LARGE_INDEX, "queries", "keys", 2, 1, 2),
+], ids=["MultiHeadAttention", "SelfAttention"])
+def test_large_score_cases_are_large_and_free_of_near_ties(args):
+    """The large case is built for the weights the grader will draw: every row's top score is in the hundreds or
+    thousands (exp overflows without the max subtracted, in float32 and float64), rows differ in size (a max over
+    the whole tensor fails too), and the runner-up is far behind, in float32 as well (no rounding-sensitive ties)."""
+    for dtype, s in _large_case_scores(*args).items():
+        top2 = s.topk(2, dim=-1).values
+        assert (top2[..., 0] > 150).all(), f"{dtype}: a row's top score is only {top2[..., 0].min():.1f}"
+        assert top2[..., 0].max() > 750, f"{dtype}: no score overflows exp in float64"
+        assert (top2[..., 0] - top2[..., 1] > 100).all(), f"{dtype}: near tie in the large case"
+        assert top2[..., 0].max() - top2[..., 0].min() > 100, f"{dtype}: every row has the same maximum"
+
+
+# --- Valid alternatives pass ----------------------------------------------------------------------------
+
+
+def split_permute(x, n_heads):
+    b, n, d = x.shape
+    return x.reshape(b, n, n_heads, d // n_heads).permute(0, 2, 1, 3)
+
+
+def split_stack(x, n_heads):
+    return torch.stack(x.split(x.shape[-1] // n_heads, dim=-1), dim=1)
+
+
+def merge_cat(x):
+    return torch.cat(x.unbind(1), dim=-1)
+
+
+def merge_contiguous_view(x):
+    b, h, n, d_k = x.shape
+    return x.transpose(1, 2).contiguous().view(b, n, h * d_k)
+
+
+class MHAEinsum(nn.Module):
+    """einsum over (B, T, H, d_k), a softmax of its own, F.dropout, no nn.Dropout attribute."""
+
+    def __init__(self, d_model, n_heads, bias=True, dropout=0.0):
+        super().__init__()
+        self.h, self.p = n_heads, dropout
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model, bias=bias) for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        (b, tq, d), tk = query.shape, key.shape[1]
+        q = self.w_q(query).view(b, tq, self.h, d // self.h)
+        k = self.w_k(key).view(b, tk, self.h, d // self.h)
+        v = self.w_v(value).view(b, tk, self.h, d // self.h)
+        s = torch.einsum("bqhd,bkhd->bhqk", q * (1.0 / math.sqrt(d // self.h)), k)
+        if mask is not None:
+            s = torch.where(mask, s, torch.full((), float("-inf"), dtype=s.dtype, device=s.device))
+        e = (s - s.amax(-1, keepdim=True)).exp()
+        w = F.dropout(e / e.sum(-1, keepdim=True), self.p, self.training)
+        return self.w_o(torch.einsum("bhqk,bkhd->bqhd", w, v).reshape(b, tq, d)), w
+
+
+class MHALoop(nn.Module):
+    """The definition: a Python loop over heads, each with its rows of the projections."""
+
+    def __init__(self, d_model, n_heads, bias=True, dropout=0.0):
+        super().__init__()
+        self.h = n_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model, bias=bias) for _ in range(4))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        d_k = query.shape[-1] // self.h
+        outs, weights = [], []
+        for i in range(self.h):
+            rows = slice(i * d_k, (i + 1) * d_k)
+
+            def project(lin, x):
+                return F.linear(x, lin.weight[rows], None if lin.bias is None else lin.bias[rows])
+
+            m = mask[:, 0] if mask is not None and mask.dim() == 4 else mask
+            _, w = scaled_dot_product_attention(project(self.w_q, query), project(self.w_k, key), project(self.w_v, value), m)
+            w = self.drop(w)
+            outs.append(w @ project(self.w_v, value))
+            weights.append(w)
+        return self.w_o(torch.cat(outs, -1)), torch.stack(weights, 1)
+
+
+class SAMinusInf(nn.Module):
+    """The fix written with split/transpose and matmul, -inf instead of -1e20, the scale on q."""
+
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.embed_size, self.heads, self.head_dim = embed_size, heads, embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(embed_size, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        n, tq = query.shape[:2]
+        q, k, v = (ref.split_heads(lin(t), self.heads) for lin, t in ((self.queries, query), (self.keys, keys), (self.values, values)))
+        s = (q / self.head_dim**0.5) @ k.transpose(-2, -1)
+        if mask is not None:
+            s = s.masked_fill(~mask.bool(), float("-inf"))
+        return self.fc_out((stable_softmax(s, dim=-1) @ v).transpose(1, 2).reshape(n, tq, self.embed_size))
+
+
+ALTERNATIVES = [
+    ("split_heads_hidden", split_permute), ("split_heads_hidden", split_stack),
+    ("merge_heads_hidden", merge_cat), ("merge_heads_hidden", merge_contiguous_view),
+    ("MultiHeadAttention_hidden", MHAEinsum), ("MultiHeadAttention_hidden", MHALoop),
+    ("SelfAttention_hidden", SAMinusInf),
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("grade_id,alternative", ALTERNATIVES, ids=[a.__name__ for _, a in ALTERNATIVES])
+def test_valid_alternatives_pass(grade_id, alternative, seed):
+    run_local(checks.CHECKS[grade_id], alternative, seed=seed, device="cpu")
+
+
+# --- Forbidden built-ins, wrong parameters, callee isolation -----------------------------------------
+
+
+class MHAWithTorchSoftmax(ref.MultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (ref.split_heads(lin(t), self.n_heads) for lin, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        w = self.dropout(torch.softmax(s if mask is None else s.masked_fill(~mask, float("-inf")), dim=-1))
+        return self.w_o(ref.merge_heads(w @ v)), w
+
+
+class MHAWrappingTorch(ref.MultiHeadAttention):
+    """Right parameters, right values: but the work is done by nn.MultiheadAttention."""
+
+    def forward(self, query, key, value, mask=None):
+        torch_mha = ref.copy_to_torch_mha(self).to(query.device, query.dtype).train(self.training)
+        return torch_mha(query, key, value, attn_mask=None if mask is None else ~mask, average_attn_weights=False)
+
+
+class MHAWithTorchSDPA(ref.MultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (ref.split_heads(lin(t), self.n_heads) for lin, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        _, w = scaled_dot_product_attention(q, k, v, mask)
+        sdpa = getattr(F, "scaled_dot_product_" + "attention")
+        return self.w_o(ref.merge_heads(sdpa(q, k, v, attn_mask=mask))), w
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("cheat,named", [
+    (MHAWithTorchSoftmax, "torch.softmax"), (MHAWrappingTorch, "nn.MultiheadAttention"), (MHAWithTorchSDPA, "F.scaled_dot_product_attention"),
+])
+def test_forbidden_built_ins_earn_nothing_even_when_right(cheat, named):
+    with pytest.raises(AssertionError, match="the built-in this exercise asks you to write yourself") as failure:
+        checks.check_MultiHeadAttention(cheat)
+    assert named in str(failure.value)
+
+
+class FusedQKV(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True, dropout=0.0):
+        super().__init__()
+        self.n_heads = n_heads
+        self.w_qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (ref.split_heads(t, self.n_heads) for t in self.w_qkv(query).chunk(3, dim=-1))
+        heads, w = scaled_dot_product_attention(q, k, v, mask)
+        return self.w_o(ref.merge_heads(heads)), w
+
+
+class NotesLayers(ref.SelfAttention):
+    """The fix in forward, but the notes' head_dim x head_dim layers kept."""
+
+    def __init__(self, embed_size, heads):
+        super().__init__(embed_size, heads)
+        self.values = nn.Linear(self.head_dim, self.head_dim, bias=False)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_parameters_that_do_not_load_are_explained():
+    with pytest.raises(AssertionError, match="expected w_q.weight.*found w_qkv.weight"):
+        checks.check_MultiHeadAttention(FusedQKV)
+    with pytest.raises(AssertionError, match=r"nn.Linear\(embed_size, embed_size, bias=False\)"):
+        checks.check_SelfAttention(NotesLayers)
+
+
+def _learner_mha(namespace):
+    """The reference MultiHeadAttention, defined in a notebook namespace (it calls that namespace's helpers)."""
+    namespace = {"nn": nn, "torch": torch, "math": math, "Tensor": torch.Tensor, "scaled_dot_product_attention": scaled_dot_product_attention, **namespace}
+    exec(inspect.getsource(ref.MultiHeadAttention), namespace)
+    return namespace["MultiHeadAttention"], namespace
+
+
+def test_a_wrong_split_heads_costs_no_points_in_multi_head_attention():
+    cls, namespace = _learner_mha({"split_heads": checks._split_round_robin, "merge_heads": ref.merge_heads})
+    run_local(checks.CHECKS["MultiHeadAttention_hidden"], cls, seed=SEED, device="cpu", namespace=namespace)
+    cls, namespace = _learner_mha({"split_heads": ref.split_heads, "merge_heads": checks._merge_interleaved})
+    run_local(checks.CHECKS["MultiHeadAttention_hidden"], cls, seed=SEED, device="cpu", namespace=namespace)
+
+
+def test_a_split_heads_of_the_wrong_shape_is_named_in_multi_head_attention_feedback():
+    cls, namespace = _learner_mha({"split_heads": checks._split_missing_transpose, "merge_heads": ref.merge_heads})
+    with pytest.raises(AssertionError, match="split_heads"):
+        run_local(checks.CHECKS["MultiHeadAttention_hidden"], cls, seed=SEED, device="cpu", namespace=namespace)
+
+
+# --- The notebook, tried as a learner would ---------------------------------------------------------------
+
+
+def student_notebook():
+    return nbformat.read(course.student_notebook(CHAPTER), as_version=4)
+
+
+def run_cells(nb, only_visible=None, timing=None):
+    """Run the notebook's code cells in order, like Jupyter: {grade id: 'passed' or the error} for the visible
+    checks (all, or those in only_visible) and any other cell that failed; and the namespace.
+    timing: a list that receives the seconds spent in the visible checks."""
+    namespace, results, seconds = {"__name__": "__main__"}, {}, 0.0
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        gid = meta.get("grade_id", "")
+        if cell.cell_type != "code" or meta.get("grade") or (only_visible is not None and gid.endswith("_visible") and gid not in only_visible):
+            continue
+        start = time.perf_counter()
+        try:
+            exec(compile(cell.source, f"<cell {gid}>", "exec"), namespace)
+            result = "passed"
+        except Exception as exc:  # what the learner sees under the cell
+            result = f"{type(exc).__name__}: {exc}"
+        if gid.endswith("_visible"):
+            seconds += time.perf_counter() - start
+        if gid.endswith("_visible") or result != "passed":
+            results[gid] = result
+    if timing is not None:
+        timing.append(seconds)
+    return results, namespace
+
+
+def hidden(namespace, grade_ids=None):
+    results = {}
+    for gid, check in checks.CHECKS.items():
+        if grade_ids is not None and gid not in grade_ids:
+            continue
+        try:
+            run_local(check, namespace.get(check.function), seed=SEED, device="cpu", namespace=namespace)
+            results[gid] = "passed"
+        except AssertionError as failure:
+            results[gid] = str(failure)
+    return results
+
+
+def with_cells(sources, wrong=()):
+    """The filled-in submission (reference everywhere, plus catalogued wrong answers), with some solution
+    cells replaced by `sources` ({grade id: code})."""
+    nb = demo.filled_submission(CHAPTER, list(wrong))
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in sources:
+            cell.source = sources[gid]
+    return nb
+
+
+def test_reference_passes_every_visible_and_hidden_check_and_visible_checks_are_fast():
+    run_cells(with_cells({}))  # warm-up: the first run pays for torch's lazy initialisations
+    timing = []
+    visible, namespace = run_cells(with_cells({}), timing=timing)
+    assert set(visible) == {f"{gid.removesuffix('_hidden')}_visible" for gid in checks.CHECKS}
+    assert all(r == "passed" for r in visible.values()), visible
+    assert all(r == "passed" for r in hidden(namespace).values())
+    assert timing[0] < 2.0, f"the visible checks took {timing[0]:.2f} s on the CPU"
+
+
+def test_points_in_the_headings_match_the_graded_cells():
+    sections = []  # [announced points, points of the graded cells in the section]
+    for cell in student_notebook().cells:
+        heading = re.match(r"^## \d+\. .*\((\d+) points?\)", cell.source) if cell.cell_type == "markdown" else None
+        if heading:
+            sections.append([int(heading.group(1)), 0])
+        elif cell.metadata.get("nbgrader", {}).get("grade"):
+            sections[-1][1] += cell.metadata.nbgrader.points
+    assert [a for a, _ in sections] == [actual for _, actual in sections] == [3, 2, 6, 2, 5]
+
+
+def test_visible_checks_run_with_torch_alone():
+    for cell in student_notebook().cells:
+        if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade"):
+            assert not re.search(r"^\s*(from|import) (solutions|autograder)", cell.source, re.M), cell.source[:200]
+
+
+def test_instructor_solution_cells_are_the_reference():
+    nb = build.instructor_notebook(CHAPTER)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if not cell.metadata.get("nbgrader", {}).get("solution"):
+            continue
+        source = cell.source.split("### BEGIN SOLUTION\n", 1)[1] if gid == "SelfAttention" else cell.source  # after the notes' class
+        without_markers = "\n".join(line for line in source.splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+        assert without_markers.rstrip() == inspect.getsource(getattr(ref, gid)).rstrip(), f"solution cell {gid} drifted from solutions/"
+
+
+def test_blank_notebook_says_not_implemented_and_earns_nothing():
+    visible, namespace = run_cells(student_notebook())
+    for gid in ("split_heads", "merge_heads", "MultiHeadAttention", "mha_parameter_count"):
+        assert "is not implemented yet" in visible[f"{gid}_visible"], visible[f"{gid}_visible"]
+    # The find-the-bug cell as given: the notes' class, whose layers do not have the shapes the exercise states.
+    assert "must have exactly the parameters" in visible["SelfAttention_visible"]
+    assert "values.weight (8, 8)" in visible["SelfAttention_visible"]
+    assert all(r != "passed" for r in hidden(namespace).values())
+    assert "embed_size x embed_size" in hidden(namespace, {"SelfAttention_hidden"})["SelfAttention_hidden"]
+
+
+def test_student_notebook_hides_the_solutions():
+    text = "\n".join(c.source for c in student_notebook().cells)
+    for secret in ["BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "check_split_heads", ".transpose(1, 2)  # (batch, heads",
+                   "self.head_dim**0.5", "self.queries(query)", "matrices = 4", "self.w_o(merge_heads(heads))"]:
+        assert secret not in text, f"the student notebook reveals {secret!r}"
+    cells = [c for c in student_notebook().cells if c.metadata.get("nbgrader", {}).get("solution")]
+    assert [c.metadata.nbgrader.grade_id for c in cells] == ["split_heads", "merge_heads", "MultiHeadAttention", "mha_parameter_count", "SelfAttention"]
+    mha = next(c.source for c in cells if c.metadata.nbgrader.grade_id == "MultiHeadAttention")
+    assert mha.count("raise NotImplementedError()") == 2 and "def forward(" in mha and "super().__init__()" in mha
+
+
+CALLERS = {"split_heads": {"MultiHeadAttention_hidden"}, "merge_heads": {"MultiHeadAttention_hidden"}}
+
+
+@pytest.mark.parametrize("name", list(checks.WRONG_ANSWERS))
+def test_each_typical_mistake_is_caught_visibly_and_by_its_own_hidden_check_only(name):
+    wrong = checks.WRONG_ANSWERS[name]
+    visible, namespace = run_cells(with_cells({}, [name]), only_visible={f"{wrong.function}_visible"})
+    seen = visible[f"{wrong.function}_visible"]
+    if wrong.visible:
+        assert seen != "passed", f"{name}: the visible check does not catch it"
+        assert seen.startswith("CheckFailed"), f"{name}: the learner sees a raw error: {seen}"
+    graded = hidden(namespace, {f"{wrong.function}_hidden"} | CALLERS.get(wrong.function, set()))
+    assert {gid for gid, r in graded.items() if r != "passed"} == set(wrong.failing_cells), graded
+    assert wrong.diagnosis in graded[f"{wrong.function}_hidden"]
+
+
+def test_every_graded_category_has_a_mistake_the_visible_check_catches():
+    for gid, check in checks.CHECKS.items():
+        fn = gid.removesuffix("_hidden")
+        caught = {w.category for w in checks.WRONG_ANSWERS.values() if w.function == fn and w.visible}
+        assert set(check.categories) <= caught, f"{gid}: no visible wrong answer for {set(check.categories) - caught}"
+
+
+LEARNER_ALTERNATIVES = {
+    "split_heads": '''def split_heads(x, n_heads):
+    return x.unflatten(-1, (n_heads, -1)).transpose(1, 2)
+''',
+    "merge_heads": '''def merge_heads(x):
+    return x.permute(0, 2, 1, 3).flatten(2)
+''',
+    "MultiHeadAttention": '''class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True, dropout=0.0):
+        super().__init__()
+        self.n_heads = n_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model, bias=bias) for _ in range(4))
+        self.attn_drop = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (split_heads(lin(t), self.n_heads) for lin, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        _, weights = scaled_dot_product_attention(q, k, v, mask)
+        weights = self.attn_drop(weights)  # identity in eval()
+        return self.w_o(merge_heads(weights @ v)), weights
+''',
+    "mha_parameter_count": '''def mha_parameter_count(d_model, bias=True):
+    return sum(p.numel() for p in MultiHeadAttention(d_model, 1, bias=bias).parameters())
+''',
+    "SelfAttention": '''class SelfAttention(nn.Module):
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.embed_size, self.heads, self.head_dim = embed_size, heads, embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(embed_size, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        q, k, v = (split_heads(lin(t), self.heads) for lin, t in ((self.queries, query), (self.keys, keys), (self.values, values)))
+        out, _ = scaled_dot_product_attention(q, k, v, None if mask is None else mask.bool())
+        return self.fc_out(merge_heads(out))
+''',
+}
+
+
+def minimal_fix_of_the_given_class():
+    """What most learners will hand in: the notes' class from the student cell, edited in place."""
+    given = next(c.source for c in student_notebook().cells if c.metadata.get("nbgrader", {}).get("grade_id") == "SelfAttention")
+    fixed = given.split("# YOUR CODE HERE")[0].replace("nn.Linear(self.head_dim, self.head_dim, bias=False)", "nn.Linear(embed_size, embed_size, bias=False)")
+    for layer, name in (("values", "values"), ("keys", "keys"), ("queries", "query")):
+        fixed = fixed.replace(f"{layer} = {name}.reshape(", f"{layer} = self.{layer}({name}).reshape(")
+    return fixed.replace("(self.embed_size ** 0.5)", "(self.head_dim ** 0.5)")
+
+
+@pytest.mark.parametrize("grade_id", list(LEARNER_ALTERNATIVES) + ["SelfAttention (edited in place)"])
+def test_valid_alternatives_pass_the_notebook(grade_id):
+    if grade_id == "SelfAttention (edited in place)":
+        sources = {"SelfAttention": minimal_fix_of_the_given_class()}
+    else:
+        sources = {grade_id: LEARNER_ALTERNATIVES[grade_id]}
+    visible, namespace = run_cells(with_cells(sources))
+    assert all(r == "passed" for r in visible.values()), visible
+    assert all(r == "passed" for r in hidden(namespace).values())
+
+
+def test_the_notes_class_with_only_its_layer_sizes_changed_is_named_in_both_checks():
+    given = minimal_fix_of_the_given_class()
+    bug_1_left = given.replace("self.values(values).reshape(", "values.reshape(").replace("self.keys(keys).reshape(", "keys.reshape(")
+    bug_1_left = bug_1_left.replace("self.queries(query).reshape(", "query.reshape(")
+    visible, namespace = run_cells(with_cells({"SelfAttention": bug_1_left}), only_visible={"SelfAttention_visible"})
+    assert "bug 1 is not fixed" in visible["SelfAttention_visible"]
+    assert "bug 1 is not fixed" in hidden(namespace, {"SelfAttention_hidden"})["SelfAttention_hidden"]
