@@ -233,7 +233,7 @@ def write_submission(root, student, content):
     elif isinstance(content, bytes):
         path.write_bytes(content)
     elif content == "symlink":
-        target = root / "elsewhere.ipynb"
+        target = root.parent / f"{root.name}-elsewhere.ipynb"  # outside the folder: a file in it would be a "stray" entry
         nbformat.write(reference_nb(), target)
         path.symlink_to(target)
     else:
@@ -428,3 +428,75 @@ def test_a_course_under_tmp_stays_visible_in_the_sandbox(tmp_path, monkeypatch):
     result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0 and result.stdout == "the venv is visible\n", (
         f"a venv under /tmp is hidden in the sandbox (exit {result.returncode}): {result.stderr[-500:]}")
+
+
+# --- Module exercises (chapter 04): cheats on the weights the grader gives ---------------------------
+
+MODULE_CHAPTER = "04-multi-head"
+MODULE_FULL, MHA_POINTS, FIX_POINTS = 18.0, 6.0, 5.0
+
+
+def module_cheat_corpus():
+    """{student: (notebook, exact score)}: a correct chapter-04 notebook whose modules cheat on their weights."""
+    ref = lambda: demo.filled_submission(MODULE_CHAPTER)  # noqa: E731
+    return {
+        "honest": (ref(), MODULE_FULL),
+        # Keeps its own weights: every layer's loading replaced by a no-op, in a subclass that replaces the
+        # graded class (and a load_state_dict that does nothing, which the grader does not call anyway).
+        "patch-load-state-dict": (add_cell(ref(), (
+            "_Honest = MultiHeadAttention\n"
+            "class MultiHeadAttention(_Honest):\n"
+            "    def __init__(self, *args, **kwargs):\n"
+            "        super().__init__(*args, **kwargs)\n"
+            "        for layer in self.modules():\n"
+            "            layer._load_from_state_dict = lambda *a, **k: None\n"
+            "    def load_state_dict(self, *args, **kwargs):\n        return None\n"), after="MultiHeadAttention"),
+            MODULE_FULL - MHA_POINTS),
+        # nn.Module.load_state_dict itself replaced for the whole run: both module exercises lose their points.
+        "patch-nn-module-load": (add_cell(ref(), "import torch\ntorch.nn.Module.load_state_dict = lambda self, *a, **k: None", after="imports"),
+                                 MODULE_FULL - MHA_POINTS - FIX_POINTS),
+        # Ignores the weights it was given: draws its own at every forward.
+        "reinitialise-in-forward": (add_cell(ref(), (
+            "_Honest = MultiHeadAttention\n"
+            "class MultiHeadAttention(_Honest):\n"
+            "    def forward(self, *args, **kwargs):\n"
+            "        with torch.no_grad():\n"
+            "            for p in self.parameters():\n                p.normal_()\n"
+            "        return super().forward(*args, **kwargs)\n"), after="MultiHeadAttention"),
+            MODULE_FULL - MHA_POINTS),
+        # Loads weights of its own from a file (none is there when grading: no files besides the notebook).
+        "weights-from-a-file": (add_cell(ref(), (
+            "_Honest = MultiHeadAttention\n"
+            "class MultiHeadAttention(_Honest):\n"
+            "    def __init__(self, *args, **kwargs):\n"
+            "        super().__init__(*args, **kwargs)\n"
+            "        self.load_state_dict(torch.load('my_weights.pt'))\n"), after="MultiHeadAttention"),
+            MODULE_FULL - MHA_POINTS),
+    }
+
+
+@pytest.fixture(scope="module")
+def module_batch(tmp_path_factory):
+    root = tmp_path_factory.mktemp("module-submissions")
+    workdir = tmp_path_factory.mktemp("module-grading")
+    corpus = module_cheat_corpus()
+    for student, (nb, _) in corpus.items():
+        path = root / student / MODULE_CHAPTER / "exercises.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(nb, path)
+    result = run_python("-m", "autograder", "grade", str(root), "--workdir", str(workdir), "--device", "cpu", "--seed", "5", timeout=900)
+    return dict(rows=read_all_chapters(workdir, MODULE_CHAPTER), result=result, corpus=corpus)
+
+
+@pytest.mark.parametrize("student", list(module_cheat_corpus()))
+def test_module_cheat_earns_no_unearned_points(module_batch, student):
+    rows, (_, allowed) = module_batch["rows"], module_batch["corpus"][student]
+    assert student in rows, f"{student} missing from summary.csv:\n{module_batch['result'].stdout[-2000:]}"
+    got = score(rows, student)
+    assert got == allowed, f"{student}: scored {got}, expected exactly {allowed}; messages: {messages(rows, student)}"
+
+
+def test_module_cheats_are_told_why(module_batch):
+    rows = module_batch["rows"]
+    assert "not the weights it was given" in rows["patch-load-state-dict"]["MultiHeadAttention_hidden"]["message"]
+    assert "my_weights.pt" in rows["weights-from-a-file"]["MultiHeadAttention_hidden"]["message"]
