@@ -283,3 +283,15 @@ def test_dependency_matrix_matches_backward(gen):
             fn(xg)[i, c].backward()
             rows.append(xg.grad[j])
         torch.testing.assert_close(dep[i, j], torch.stack(rows).norm(), atol=ATOL64, rtol=0)
+
+
+def test_exercise_layers_have_the_dependencies_their_docstrings_state(gen):
+    # look_ahead depends on the present and the future only; causal_self_attention (plain tensor operations)
+    # equals masked_attention under the causal mask and depends on the past and the present only.
+    x = torch.randn(5, 3, generator=gen, dtype=torch.float64)
+    future = torch.ones(5, 5, dtype=torch.bool).triu(diagonal=1)
+    d_ahead = ref.dependency_matrix(ref.look_ahead, x)
+    assert (d_ahead[future.T & ~torch.eye(5, dtype=torch.bool)] == 0).all() and (d_ahead[future] > 0).all()
+    d_causal = ref.dependency_matrix(ref.causal_self_attention, x)
+    assert (d_causal[future] == 0).all() and (d_causal[~future] > 0).all()
+    torch.testing.assert_close(ref.causal_self_attention(x), ref.masked_attention(x, x, x, ref.causal_mask(5))[0], atol=1e-12, rtol=0)
