@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh machine (Python 3.11 on PATH):
-#   make book   create .venv, install the pinned requirements, build the site into _build/html
+#   make book   create .venv, install the pinned requirements and the course itself (pip install -e .),
+#               cut the site's Chinese font, build the site into _build/html
 #   make test   the same environment, then the whole test suite (which also builds the book strictly)
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -7,14 +8,16 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 # nbgrader shells out to `alembic` and kernels are started as `python`: the venv's bin/ must come first.
 export PATH := $(BIN):$(PATH)
-export PYTHONPATH := $(CURDIR)
 export MPLBACKEND := Agg
 
-.PHONY: book test notebooks grade-demo bench clean lock sandbox-tools test-tools
+.PHONY: book test notebooks grade-demo bench clean lock sandbox-tools test-tools font-tools font
 
-$(VENV)/.installed: requirements.txt constraints.txt
+# The course is installed into the venv in editable mode (pyproject.toml): `solutions`, `autograder` and `course`
+# import from anywhere, so neither the book build nor a downloaded page needs PYTHONPATH.
+$(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
 # Re-pin every transitive dependency after a change to requirements.txt (then run `make test`).
@@ -24,10 +27,26 @@ lock:
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	{ echo "# Exact versions of everything requirements.txt pulls in, as last tested (Python 3.11, Linux x86-64)."; \
 	  echo "# Regenerate with \`make lock\` after changing requirements.txt. torch is pinned in requirements.txt."; \
-	  $(BIN)/python -m pip freeze | grep -v -i -E '^torch=='; } > constraints.txt
+	  $(BIN)/python -m pip freeze --exclude-editable | grep -v -i -E '^torch=='; } > constraints.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(VENV)/.installed
 
-book: $(VENV)/.installed
+# The site serves its own Chinese font, cut at build time from Debian's fonts-noto-cjk (SIL Open Font License
+# 1.1; course/fonts.py). As root this installs it; otherwise it says how.
+font-tools: $(VENV)/.installed
+	@$(BIN)/python scripts/build_font.py --check >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing fonts-noto-cjk (the source of the site's Chinese font)..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-noto-cjk >/dev/null; \
+	  else \
+	    echo "error: the site's Chinese font is cut from Noto Sans CJK: sudo apt install fonts-noto-cjk" >&2; exit 1; \
+	  fi; }
+
+# Cut the font to the characters the pages use (every book build does it too; this prints its size).
+font: font-tools
+	$(BIN)/python scripts/build_font.py
+
+book: font
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "Site built: open _build/html/index.html"
 
@@ -52,7 +71,7 @@ test-tools: sandbox-tools
 	    echo "note: no chromium, so the browser test of the formulas is skipped (sudo apt install chromium)"; \
 	  fi; }
 
-test: $(VENV)/.installed test-tools
+test: font test-tools
 	$(BIN)/python -m pytest tests
 
 # Regenerate the student notebooks and the demo submissions from the instructor sources.

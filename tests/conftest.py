@@ -1,6 +1,7 @@
 """Shared fixtures: tiny seeded inputs in one place, and the one-off expensive runs (grading, book build)."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# Where the tests build the book and look at it: `$COURSE_BUILD_DIR/_build/html` (jupyter-book's --path-output),
+# by default the repository's own _build. Another folder keeps a test build apart from `make book`'s.
+BUILD_DIR = Path(os.environ.get("COURSE_BUILD_DIR") or ROOT).resolve()
 
 
 def course_env(**extra):
@@ -25,6 +29,17 @@ def course_env(**extra):
 def run_python(*args, cwd=ROOT, timeout=900):
     """Run `python *args` with this interpreter in the course environment."""
     return subprocess.run([sys.executable, *args], cwd=cwd, env=course_env(), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def built_book():
+    """The strict build of the book (any Sphinx warning or cell error fails it), once per test session."""
+    jb = shutil.which("jupyter-book", path=str(Path(sys.executable).parent)) or shutil.which("jupyter-book")
+    assert jb, "jupyter-book is not on PATH (run the tests through `make test`)"
+    result = run_python(jb, "build", ".", "--path-output", str(BUILD_DIR), "--warningiserror", "--nitpick", "--keep-going",
+                        timeout=1500)
+    assert result.returncode == 0, f"strict book build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    return result
 
 
 @pytest.fixture

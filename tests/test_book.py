@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, run_python
+from conftest import BUILD_DIR, ROOT
 
-HTML = ROOT / "_build" / "html"
+HTML = BUILD_DIR / "_build" / "html"  # built by the session fixture `built_book` (conftest.py)
 ERROR_MARKERS = ("highlight-ipythontb", "output traceback", 'class="output error')
 # A cell that printed to stderr (a warning, e.g. matplotlib's "Glyph ... missing from font") shows this class.
 STDERR_MARKER = "output stderr"
@@ -42,15 +42,6 @@ def cell_errors(html_dir: Path) -> list[str]:
         for page in html_dir.rglob("*.html")
         if any(marker in page.read_text(encoding="utf-8", errors="replace") for marker in ERROR_MARKERS)
     )
-
-
-@pytest.fixture(scope="module")
-def built_book():
-    jb = shutil.which("jupyter-book")
-    assert jb, "jupyter-book is not on PATH (run the tests through `make test`)"
-    result = run_python(jb, "build", ".", "--warningiserror", "--nitpick", "--keep-going", timeout=1500)
-    assert result.returncode == 0, f"strict book build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-    return result
 
 
 def test_index_exists(built_book):

@@ -1,0 +1,135 @@
+"""Sphinx extension of the course book (listed in _config.yml): the site as readers meet it.
+
+- builder-inited: cut the Chinese web font to the characters of the pages (course.fonts), so that a bare
+  `jupyter-book build .` serves it too; the CSS that uses it is `_static/course.css`.
+- source-read: in every notebook page that draws, a hidden cell after `%matplotlib inline` applies the
+  course's figure style (course.figures: the same Chinese font, sizes, the smallest-text record); every
+  chapter page gets a folded note saying how to run it as a notebook.
+- html-page-context: every executed page offers its notebook (`.ipynb`, with outputs) in the download menu;
+  each figure keeps at least 1/1.5 of its natural width (on a phone it scrolls inside its box instead of
+  shrinking); the thebe scripts, which the book does not use (no live code), are left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import struct
+from pathlib import Path
+
+from sphinx.application import Sphinx
+from sphinx.util import logging
+
+from course import figures, fonts
+
+logger = logging.getLogger(__name__)
+CHAPTER_PAGE = re.compile(r"chapters/\d\d-[^/]+/index")
+# The cell names the version of the figure style (a hash of course/figures.py and of the font's characters),
+# so that changing either makes the execution cache run the pages again.
+STYLE_CELL = """
+```{code-cell} ipython3
+:tags: [remove-cell]
+# Added by the book build (course/sphinxext.py): the course's figure style (Chinese font, sizes), STYLE_VERSION.
+from course.figures import use_course_style
+
+use_course_style()
+```
+"""
+RUN_NOTE = """
+:::{admonition} Run this page yourself
+:class: tip dropdown course-run-note
+This page is a Jupyter notebook. Download it, with its outputs, from the download menu at the top of the page
+(*.ipynb*) or here: {nb-download}`notebook <NAME>`. It runs in Jupyter once the course is installed: in a copy
+of the course's repository, `pip install -e .` (that makes `solutions`, the reference code that the page
+imports, and the figure style importable), then `jupyter lab NAME`.
+:::
+"""
+
+
+def _build_font(app: Sphinx) -> None:
+    info = fonts.ensure_font(Path(app.srcdir))
+    logger.info(f"[course] Chinese web font: {info['woff2_bytes'] / 1024:.1f} KiB, "
+                f"{len(info['characters'])} characters ({fonts.LICENSE})")
+
+
+def _front_matter_end(text: str) -> int:
+    if text.startswith("---\n"):
+        end = text.find("\n---\n", 4)
+        if end >= 0:
+            return end + 5
+    return 0
+
+
+def _inject(app: Sphinx, docname: str, source: list[str]) -> None:
+    text = source[0]
+    start = _front_matter_end(text)
+    if "kernelspec:" not in text[:start]:
+        return  # not a notebook page
+    matplotlib_cell = re.search(r"^```\{code-cell\}[^\n]*\n(?:(?!^```).*\n)*?%matplotlib inline\n(?:(?!^```).*\n)*?^```\n",
+                                text, flags=re.M)
+    if matplotlib_cell:
+        cell = STYLE_CELL.replace("STYLE_VERSION", f"version {_style_version()}")
+        text = text[:matplotlib_cell.end()] + cell + text[matplotlib_cell.end():]
+    if CHAPTER_PAGE.fullmatch(docname):
+        title = re.compile(r"^# .*\n", flags=re.M).search(text, start)
+        if title:
+            note = RUN_NOTE.replace("NAME", Path(docname).name + ".ipynb")
+            text = text[:title.end()] + note + text[title.end():]
+    source[0] = text
+
+
+def _style_version() -> str:
+    digest = hashlib.sha256(Path(figures.__file__).read_bytes())
+    digest.update(fonts.site_characters().encode())
+    return digest.hexdigest()[:12]
+
+
+def _png_width(path: Path) -> int | None:
+    with open(path, "rb") as f:
+        head = f.read(24)
+    if head[:8] != b"\x89PNG\r\n\x1a\n":
+        return None
+    return struct.unpack(">I", head[16:20])[0]
+
+
+def _page(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    outdir = Path(app.outdir)
+    # The executed notebook, offered by the theme's download menu (which looks for `ipynb_source`).
+    executed = outdir.parent / "jupyter_execute" / f"{pagename}.ipynb"
+    if doctree is not None and executed.is_file():
+        target = outdir / "_sources" / f"{pagename}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(executed, target)
+        context["ipynb_source"] = f"{pagename}.ipynb"
+    # No thebe: the page has no live code, and its two configuration scripts declared the same constant twice.
+    # (In place: these are the builder's own lists, which later handlers, e.g. MathJax's, still append to.)
+    for key in ("script_files", "css_files"):
+        files = context.get(key, [])
+        files[:] = [f for f in files if "thebe" not in str(f).lower()
+                    and "THEBE" not in str(getattr(f, "attributes", {}).get("body", ""))]
+    body = context.get("body")
+    if not body:
+        return
+    body = re.sub(r'<script type="text/x-thebe-config">.*?</script>\s*<script>kernelName = [^<]*</script>', "", body, flags=re.S)
+    # The execution table marks success and failure with emoji, which a reader without an emoji font sees as
+    # boxes: use the check marks of the text fonts instead.
+    body = body.replace("\u2705", "\u2713 ok").replace("\u274c", "\u2717 failed")
+    # Figures: at least 1/1.5 of their natural width, whatever the screen (narrower boxes scroll, see course.css).
+    sources = {Path(dest).name: Path(app.srcdir, src) for src, dest in app.builder.images.items()}
+
+    def min_width(m: re.Match) -> str:
+        path = sources.get(m.group(2).rsplit("/", 1)[-1])
+        width = _png_width(path) if path and path.is_file() else None
+        if not width:
+            return m.group(0)
+        return f'<img{m.group(1)}src="{m.group(2)}" style="min-width: {width / figures.MAX_SHRINK:.0f}px"'
+
+    context["body"] = re.sub(r'<img([^>]*?)src="([^"]+\.png)"', min_width, body)
+
+
+def setup(app: Sphinx) -> dict:
+    app.connect("builder-inited", _build_font)
+    app.connect("source-read", _inject)
+    app.connect("html-page-context", _page, priority=400)  # before the theme builds its download menu (501)
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
