@@ -60,8 +60,9 @@ sandbox-tools:
 	    echo "error: the grading sandbox needs bubblewrap: sudo apt install bubblewrap" >&2; exit 1; \
 	  fi; }
 
-# The tests also need Debian's chromium (headless: do the site's formulas typeset?). As root, `make test` installs
-# it; otherwise the browser test is skipped without it. bubblewrap stays required (sandbox-tools).
+# The tests also need Debian's chromium (headless: do the site's formulas typeset?) and postgresql (the server that
+# tests/test_distributed.py starts for the gradebook). As root, `make test` installs them; otherwise the tests that
+# need them are skipped. bubblewrap stays required (sandbox-tools).
 test-tools: sandbox-tools
 	@command -v chromium >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -69,6 +70,13 @@ test-tools: sandbox-tools
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else \
 	    echo "note: no chromium, so the browser test of the formulas is skipped (sudo apt install chromium)"; \
+	  fi; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing postgresql (the server the PostgreSQL gradebook test starts on its own data directory)..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else \
+	    echo "note: no PostgreSQL server binaries, so the PostgreSQL gradebook tests are skipped (sudo apt install postgresql)"; \
 	  fi; }
 
 test: font test-tools
@@ -81,6 +89,8 @@ notebooks: $(VENV)/.installed
 grade-demo: $(VENV)/.installed sandbox-tools
 	$(BIN)/python -m autograder grade autograder/demo --workdir grading/demo
 
+# Stock nbgrader autograde, the embedded Dask cluster with all cores and with 1 worker, and the old process pool,
+# on the same 30 submissions (scripts/bench_grading.py).
 bench: $(VENV)/.installed sandbox-tools
 	$(BIN)/python scripts/bench_grading.py -n 30
 

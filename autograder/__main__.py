@@ -1,11 +1,21 @@
-"""python -m autograder {build,grade} — see README.md, "For instructors"."""
+"""python -m autograder {build,grade,report,formgrader} — see README.md, "For instructors".
+
+Exit status of `grade` and `report`: 0 every submission was graded; 1 the run finished but some submissions
+were skipped or could not be graded (each has its status in summary.csv, and is listed at the end); 2 nothing
+was graded (a wrong command, folder or course configuration, or no sandbox); 130 interrupted (Ctrl-C).
+"""
 
 import argparse
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
 from autograder import course
 from autograder.config import CELL_TIMEOUT_S
+
+DEFAULT_WORKDIR = course.ROOT / "grading" / "run"
 
 
 def main(argv=None):
@@ -17,17 +27,41 @@ def main(argv=None):
                    help="build only this chapter's notebook (repeatable; default: every chapter with exercises, and the demo)")
     b.add_argument("--workdir", type=Path, default=None, help="nbgrader working directory (default: grading/build, or grading/build-<id> with one --chapter)")
 
-    g = sub.add_parser("grade", help="autograde a folder <student>/<chapter-id>/exercises.ipynb")
+    exit_status = ("exit status: 0 every submission was graded; 1 some were skipped or could not be graded (each has its "
+                   "status in summary.csv); 2 nothing was graded (wrong command, folder or course configuration, no sandbox); 130 Ctrl-C")
+    g = sub.add_parser("grade", help="autograde a folder <student>/<chapter-id>/exercises.ipynb", epilog=exit_status)
     g.add_argument("submissions", type=Path, help="folder of submissions, e.g. autograder/demo")
-    g.add_argument("--workdir", type=Path, default=course.ROOT / "grading" / "run", help="where the gradebook, feedback and CSVs go (default: grading/run)")
+    g.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="where the gradebook, feedback and CSVs go (default: grading/run)")
+    g.add_argument("--only", nargs="+", metavar="STUDENT", default=None,
+                   help="regrade only these students (their folder names); every other result in the workdir is kept")
+    g.add_argument("--chapter", action="append", choices=course.graded_chapters(), metavar="ID", default=None,
+                   help="regrade only this chapter (repeatable); every other result in the workdir is kept")
     g.add_argument("--seed", type=int, default=None, help="seed for the hidden checks' inputs (default: a fresh random one, printed)")
     g.add_argument("--cell-timeout", type=int, default=CELL_TIMEOUT_S, help=f"seconds a cell may run before it is interrupted (default {CELL_TIMEOUT_S})")
     g.add_argument("--device", default=None, help="torch device for the hidden checks (default: cuda if available, else cpu)")
     g.add_argument("--workers", type=int, default=None, help="notebooks graded at once (default: all cores)")
     g.add_argument("--notebook-timeout", type=int, default=None, help="seconds a whole notebook may run (default 120)")
     g.add_argument("--memory-mb", type=int, default=None, help="address-space limit of a learner's process in MiB (default 4096; none on cuda)")
+    g.add_argument("--course-config", type=Path, default=None,
+                   help="due dates, extensions and late penalty (TOML; default: <workdir>/course.toml, or the file an earlier run used)")
     g.add_argument("--restart", action="store_true", help="ignore the results of an earlier (interrupted) run in this workdir and grade everything again")
     g.add_argument("--allow-unsandboxed", action="store_true", help="grade even if no sandbox is available (trusted submissions only; a loud warning is printed)")
+    g.add_argument("--db", metavar="URL", default=None, help="the gradebook: any SQLAlchemy URL nbgrader accepts, e.g. postgresql+psycopg://grader@dbhost:5432/course (default: the one in <workdir>/nbgrader_config.py, else SQLite <workdir>/gradebook.db)")
+    g.add_argument("--scheduler", metavar="tcp://HOST:8786", default=None,
+                   help="grade on a running Dask cluster (`dask scheduler` + `dask worker` on the grading hosts; README, 'Grading a large "
+                        "course'); default: an embedded cluster of --workers processes on this machine")
+
+    r = sub.add_parser("report", help="rebuild every report from the gradebook and saved results (after formgrader, a roster import or new due dates)",
+                       epilog=exit_status)
+    r.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="the grading working directory (default: grading/run)")
+    r.add_argument("--course-config", type=Path, default=None, help="as for grade")
+    r.add_argument("--db", metavar="URL", default=None, help="as for grade")
+
+    f = sub.add_parser("formgrader", help="serve nbgrader's formgrader on the working directory; rebuild the reports when it stops")
+    f.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="the grading working directory (default: grading/run)")
+    f.add_argument("--ip", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    f.add_argument("--port", type=int, default=8888, help="port (default 8888)")
+    f.add_argument("--db", metavar="URL", default=None, help="as for grade")
 
     args = parser.parse_args(argv)
     if args.command == "build":
@@ -41,19 +75,66 @@ def main(argv=None):
             for path in demo.write_demo():
                 print(f"wrote {path.relative_to(course.ROOT)}")
         return 0
-    if args.command == "grade":
-        from autograder.grade import grade
 
-        try:
-            results = grade(
+    from autograder.grade import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+
+    try:
+        if args.command == "grade":
+            from autograder.grade import grade
+
+            outcome = grade(
                 args.submissions, args.workdir, seed=args.seed, device=args.device, cell_timeout=args.cell_timeout,
                 workers=args.workers, allow_unsandboxed=args.allow_unsandboxed, restart=args.restart,
-                memory_mb=args.memory_mb, notebook_timeout=args.notebook_timeout,
+                memory_mb=args.memory_mb, notebook_timeout=args.notebook_timeout, only=args.only, chapters=args.chapter,
+                course_config=args.course_config, db=args.db, scheduler=args.scheduler,
             )
-        except KeyboardInterrupt:
-            return 130
-        return 0 if all(r.status == "graded" for r in results) else 1
-    return 2
+            return outcome.exit_status
+        if args.command == "report":
+            from autograder.grade import report
+
+            return report(args.workdir, args.course_config, db=args.db)
+        if args.command == "formgrader":
+            return formgrader(args.workdir, args.ip, args.port, args.db)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return EXIT_USAGE
+
+
+def formgrader(workdir: Path, ip: str, port: int, db: str | None = None) -> int:
+    """`jupyter server` in the working directory (formgrader at /formgrader), then the reports rebuilt with
+    the manual grades given there. nbgrader 0.9.6 has no `nbgrader formgrader` command."""
+    from autograder.config import ensure_venv_on_path, nbgrader_api
+    from autograder.grade import UsageError, gradebook_url, course_settings, report
+
+    workdir = workdir.resolve()
+    db_url, has_gradebook = gradebook_url(workdir, db)
+    if not has_gradebook:
+        raise UsageError(f"{workdir} holds no gradebook: grade a folder into it first (python -m autograder grade FOLDER --workdir {workdir})")
+    ensure_venv_on_path()
+    nbgrader_api(workdir, settings=course_settings(workdir), db_url=db_url)  # nbgrader_config.py up to date: formgrader reads it
+    command = [sys.executable, "-m", "jupyter", "server", f"--ServerApp.root_dir={workdir}", f"--ServerApp.ip={ip}",
+               f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--ServerApp.default_url=/formgrader",
+               "--ServerApp.open_browser=False"]
+    if os.geteuid() == 0:
+        command.append("--allow-root")
+    print(f"formgrader: http://{ip}:{port}/formgrader (the token is in the URL jupyter prints below). "
+          "Stop it with Ctrl-C (twice, or answer y): the reports are then rebuilt with your manual grades.", flush=True)
+    proc = subprocess.Popen(command, cwd=workdir)
+    previous = signal.signal(signal.SIGTERM, lambda s, f: proc.terminate())
+    try:
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except KeyboardInterrupt:  # the server got the Ctrl-C too, and asks or stops: wait for it
+                continue
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(f"\nformgrader stopped (exit status {code}); rebuilding the reports from the gradebook...", flush=True)
+    return report(workdir, db=db_url)
 
 
 if __name__ == "__main__":

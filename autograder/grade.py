@@ -1,39 +1,48 @@
 """Grade a folder of submissions: <submissions>/<student>/<chapter-id>/exercises.ipynb.
 
 The steps:
-1. nbgrader `generate_assignment` fills the gradebook and the released notebooks (the trusted templates).
-2. Each submission is graded on its own by `autograder.worker` in a pool of N worker processes (default:
-   all cores): the learner's code runs in the sandbox, the grading process judges the outputs.
-3. Each result is saved at once (results/<student>/<chapter>.json, atomically) and then recorded in nbgrader's
-   gradebook, so `nbgrader formgrader` and exports work as usual.
-4. Reports: grades.csv (nbgrader's CSV export), summary.csv (one row per graded cell with its message),
-   feedback HTML per notebook, last_run.json, and a table on screen.
+1. `autograder.intake` finds the submissions and accounts for everything else in the folder (each entry
+   that cannot be graded gets a status: missing, ambiguous, unknown-chapter, refused, stray).
+2. nbgrader `generate_assignment` fills the gradebook and the released notebooks (the trusted templates).
+3. Each submission is graded on its own by `autograder.worker`, as a job on Dask (`autograder.cluster`): an
+   embedded cluster of N single-threaded worker processes on this machine (default: all cores), or a running
+   Dask cluster (`--scheduler`); the learner's code runs in the sandbox, the worker judges the outputs.
+4. Each result is saved at once (results/<student>/<chapter>.json, atomically) and then recorded in nbgrader's
+   gradebook (automatic scores only: manual scores given in formgrader are never touched) by this process
+   alone, one transaction per notebook; the gradebook is SQLite in the workdir or any database (`--db`,
+   `autograder.gradebook`).
+5. Due dates, extensions and submission times go into the gradebook; late penalties are computed by the
+   configured nbgrader plugin (`autograder.latepenalty`).
+6. Reports (`autograder.reports`), rebuilt from the whole working directory and gradebook: the table,
+   summary.csv, scores/<chapter>.csv, grades.csv, the feedback's scores, last_run.json.
 
 Resuming: a run killed in any way (Ctrl-C, kill -9, power cut) leaves every finished result on disk; the
-same command again reuses the run's seed and grades only what is missing or has changed.
+same command again reuses the run's seed and grades only what is missing or has changed. `--only STUDENT`
+and `--chapter ID` regrade a selection and keep everything else.
 """
 
-import csv
+import contextlib
+import difflib
 import hashlib
 import json
 import os
-import re
 import secrets
 import signal
 import sys
 import time
+import unicodedata
 import warnings
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 from tqdm import tqdm
 
-from autograder import course, sandbox
+from autograder import cluster, course, intake, reports, sandbox
+from autograder import gradebook as gradebook_db
 from autograder.build import generate_assignments
-from autograder.config import CELL_TIMEOUT_S, nbgrader_api
-from autograder.worker import Result, Settings, grade_submission
+from autograder.config import CELL_TIMEOUT_S, COURSE_CONFIG, CourseConfigError, load_course_settings, nbgrader_api
+from autograder.latepenalty import apply_due_dates, assign_penalties
+from autograder.worker import Settings
 
-STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 NO_SANDBOX_WARNING = """
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
 !! WARNING: grading WITHOUT a sandbox (bubblewrap is missing or cannot create namespaces here).        !!
@@ -42,32 +51,28 @@ NO_SANDBOX_WARNING = """
 !! but do this only with submissions you trust. Install bubblewrap (apt install bubblewrap) instead.  !!
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
 """
+EXIT_OK, EXIT_NOT_ALL_GRADED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# Workers are started fresh (the embedded Dask cluster spawns them, autograder.cluster), never forked from this
+# process: a child forked after the parent used OpenMP (torch's CPU kernels, e.g. while building the
+# assignments) can hang on its first torch op.
+ACCOUNT_LINES = 40  # skipped entries listed at the end of a run (all of them are in summary.csv)
 
 
-def discover(submissions: Path):
-    """[(student, chapter, notebook path)] and [problems with the folder layout]."""
-    jobs, problems = [], []
-    if not submissions.is_dir():
-        raise SystemExit(f"error: {submissions} is not a folder of submissions (<student>/<chapter-id>/exercises.ipynb)")
-    for student_dir in sorted(p for p in submissions.iterdir() if not p.name.startswith(".")):
-        student = student_dir.name
-        if student_dir.is_symlink() or not student_dir.is_dir():
-            problems.append(f"{student_dir}: skipped, not a folder (symbolic links are not followed)")
-            continue
-        if not STUDENT_ID.match(student):
-            problems.append(f"{student_dir}: skipped, student ids may use letters, digits, '_', '-', '.' only")
-            continue
-        for chapter_dir in sorted(p for p in student_dir.iterdir() if not p.name.startswith(".")):
-            notebook = chapter_dir / f"{course.NOTEBOOK}.ipynb"
-            if chapter_dir.is_symlink() or not chapter_dir.is_dir():
-                problems.append(f"{chapter_dir}: skipped, not a folder (symbolic links are not followed)")
-            elif chapter_dir.name not in course.graded_chapters():
-                problems.append(f"{chapter_dir}: skipped, {chapter_dir.name!r} is not a chapter with exercises")
-            elif not notebook.exists() and not notebook.is_symlink():
-                problems.append(f"{chapter_dir}: skipped, no {course.NOTEBOOK}.ipynb in it")
-            else:
-                jobs.append((student, chapter_dir.name, notebook))  # a symlinked notebook is refused by the worker
-    return jobs, problems
+class UsageError(Exception):
+    """Nothing was graded: the command, the folder or the course configuration is wrong (exit status 2)."""
+
+
+class Outcome(list):
+    """The results of the notebooks this run was asked to grade, plus what it had to skip."""
+
+    skipped: list
+    interrupted: bool = False
+
+    @property
+    def exit_status(self) -> int:
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        return EXIT_OK if all(r.status == "graded" for r in self) and not self.skipped else EXIT_NOT_ALL_GRADED
 
 
 def _sha256(path: Path) -> str:
@@ -82,17 +87,15 @@ def _release_hash(workdir: Path, chapter: str) -> str:
 
 
 def result_path(workdir: Path, student: str, chapter: str) -> Path:
-    return workdir / "results" / student / f"{chapter}.json"
+    return reports.result_path(workdir, student, chapter)
 
 
 def load_done(workdir: Path, student: str, chapter: str, notebook: Path, seed: int, device: str, release: str):
     """A saved result that still holds (same file, seed, device and course notebook), or None."""
-    path = result_path(workdir, student, chapter)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        result = Result.from_json(data["result"])
-    except (OSError, ValueError, KeyError, TypeError):
+    data = reports.load_saved(workdir, student, chapter)
+    if data is None:
         return None
+    result = data["result"]
     if data.get("release") != release or result.seed != seed or result.device != device:
         return None
     if result.status == "graded" and result.sha256 != _sha256(notebook):
@@ -102,96 +105,137 @@ def load_done(workdir: Path, student: str, chapter: str, notebook: Path, seed: i
     return result
 
 
-def save_result(workdir: Path, result: Result, notebook: Path, release: str):
-    path = result_path(workdir, result.student, result.chapter)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({"release": release, "input_sha256": _sha256(notebook), "result": result.to_json()}, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def record_in_gradebook(gradebook, results):
-    """Scores into nbgrader's gradebook, committed per notebook (idempotent: re-recording changes nothing)."""
-    from nbgrader.api import MissingEntry
-
-    for r in results:
-        gradebook.update_or_create_student(r.student)
-        try:
-            gradebook.find_submission(r.chapter, r.student)
-        except MissingEntry:
-            gradebook.add_submission(r.chapter, r.student)
-        for cell in r.cells:
-            grade = gradebook.find_grade(cell.grade_id, course.NOTEBOOK, r.chapter, r.student)
-            grade.auto_score = cell.score
-        gradebook.db.commit()
-
-
-def _copy_submitted(workdir: Path, student: str, chapter: str, notebook: Path):
-    """submitted/<student>/<chapter>/: a copy of a regular file (for formgrader); never follow a link."""
-    target = workdir / "submitted" / student / chapter / notebook.name
+def _copy_submitted(workdir: Path, sub: intake.Submission):
+    """submitted/<student>/<chapter>/exercises.ipynb (and nbgrader's timestamp.txt), for formgrader: a copy
+    of a regular file under the name nbgrader expects, whatever it was called; never follow a link."""
+    target = workdir / "submitted" / sub.student / sub.chapter / f"{course.NOTEBOOK}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
+    notebook = sub.path
     if notebook.is_file() and not notebook.is_symlink() and notebook.stat().st_size <= 20 * 2**20:
         target.write_bytes(notebook.read_bytes())
+    if sub.timestamp is not None:
+        (target.parent / "timestamp.txt").write_text(sub.timestamp.isoformat(sep=" ") + "\n", encoding="utf-8")
 
 
-def _init_worker():
-    """Workers ignore Ctrl-C (the main process decides) and die with the main process, even on kill -9."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def gradebook_url(workdir: Path, db=None) -> tuple[str, bool]:
+    """The gradebook's URL (--db, else the workdir's nbgrader_config.py, else SQLite in the workdir) and whether
+    it holds a gradebook yet; UsageError when it is wrong or cannot be reached."""
     try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-    warnings.filterwarnings("ignore")
+        url = gradebook_db.resolve_url(workdir, db)
+        return url, gradebook_db.exists(url)
+    except gradebook_db.GradebookError as exc:
+        raise UsageError(str(exc)) from None
 
 
-def _grade_job(args):
-    student, chapter, notebook, settings = args
+def _connect(db_url: str):
     try:
-        return grade_submission(student, chapter, Path(notebook), settings)
-    except Exception as exc:  # a bug of ours: say so, keep the batch going
-        return Result(student, chapter, "error", error=f"grader error: {type(exc).__name__}: {exc}", seed=settings.seed, device=settings.device)
+        return gradebook_db.connect(db_url)
+    except gradebook_db.GradebookError as exc:
+        raise UsageError(str(exc)) from None
 
 
-def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout=CELL_TIMEOUT_S, workers=None,
-          allow_unsandboxed=False, restart=False, memory_mb=None, notebook_timeout=None, out=sys.stdout) -> list[Result]:
+def _record_saved(gradebook, workdir: Path) -> list:
+    """Every saved result into the gradebook, one transaction per notebook; those already recorded as they
+    are are left alone. A result saved just before the grader was killed is recorded here, on the next run."""
+    snapshot = reports.gradebook_snapshot(gradebook)
+    reviews = []
+    for result, _ in reports.load_results(workdir).values():
+        with gradebook_db.transaction(gradebook):
+            reviews += reports.record_results(gradebook, [result], snapshot)
+    return reviews
+
+
+def _quiet_nbgrader():
     from sqlalchemy.exc import SAWarning
 
     # nbgrader 0.9.6 itself triggers these SQLAlchemy autoflush warnings; they are harmless.
     warnings.filterwarnings("ignore", category=SAWarning, module=r"nbgrader\.")
 
+
+def _read_state(workdir: Path) -> dict:
+    try:
+        return json.loads((workdir / "run-state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def course_settings(workdir: Path, course_config=None, state=None):
+    """The course configuration: --course-config, else the one the run used before, else <workdir>/course.toml."""
+    state = state if state is not None else _read_state(workdir)
+    path = Path(course_config).resolve() if course_config else Path(state["course_config"]) if state.get("course_config") else workdir / COURSE_CONFIG
+    if course_config and not path.exists():
+        raise UsageError(f"the course configuration {path} does not exist")
+    try:
+        return load_course_settings(path)
+    except CourseConfigError as exc:
+        raise UsageError(f"the course configuration is wrong: {exc}") from None
+
+
+def _select(subs, skipped, only, chapters):
+    """The submissions and skipped entries in the selection (--only, --chapter); raise UsageError for an
+    --only name that is not in the folder."""
+    if only:
+        only = {unicodedata.normalize("NFC", name) for name in only}
+        present = {s.student for s in subs} | {k.student for k in skipped}
+        unknown = sorted(only - present)
+        if unknown:
+            hints = [f"{name!r}" + (f" (did you mean {', '.join(map(repr, close))}?)" if (close := difflib.get_close_matches(name, present, n=3)) else "")
+                     for name in unknown]
+            raise UsageError(f"--only: no such student in the folder: {', '.join(hints)}")
+
+    def chosen(student, chapter):
+        return (not only or student in only) and (not chapters or not chapter or chapter in chapters)
+
+    return [s for s in subs if chosen(s.student, s.chapter)], [k for k in skipped if chosen(k.student, k.chapter)], chosen
+
+
+def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout=CELL_TIMEOUT_S, workers=None,
+          allow_unsandboxed=False, restart=False, memory_mb=None, notebook_timeout=None, only=None, chapters=None,
+          course_config=None, db=None, scheduler=None, out=sys.stdout) -> Outcome:
+    _quiet_nbgrader()
     submissions, workdir = Path(submissions).resolve(), Path(workdir).resolve()
-    jobs, problems = discover(submissions)
-    for problem in problems:
-        print(f"warning: {problem}", file=out)
-    if not jobs:
-        raise SystemExit(f"error: no submissions found in {submissions} (expected <student>/<chapter-id>/{course.NOTEBOOK}.ipynb)")
+    if not submissions.is_dir():
+        raise UsageError(f"{submissions} is not a folder of submissions (<student>/<chapter-id>/{course.NOTEBOOK}.ipynb)")
+    state = _read_state(workdir)
+    settings_file = course_settings(workdir, course_config, state)
+    db_url, has_gradebook = gradebook_url(workdir, db)
+    if restart:  # a fresh seed (unless --seed) and device; the course configuration stays
+        state = {}
+    subs, skipped, ignored = intake.discover(submissions, exclude=workdir)
+    selected, selected_skipped, chosen = _select(subs, skipped, only, chapters)
+    forced = bool(only or chapters)
+    if not selected and not (selected_skipped and has_gradebook):
+        _print_account(selected_skipped, ignored, out)
+        raise UsageError(f"no submissions found in {submissions}" + (" for the selection (--only/--chapter)" if forced else "") +
+                         f" (expected <student>/<chapter-id>/{course.NOTEBOOK}.ipynb)" +
+                         (f"; {len(selected_skipped)} entr(ies) could not be graded, listed above" if selected_skipped else ""))
 
     mode = sandbox.mode()
-    if mode == "none":
-        if not allow_unsandboxed:
-            raise SystemExit(
-                "error: no sandbox available: bubblewrap (`bwrap`) is not installed or cannot create namespaces here.\n"
-                "Install it (Debian/Ubuntu: apt install bubblewrap), or pass --allow-unsandboxed to grade trusted "
-                "submissions without one. See README.md, 'Grading safely'."
-            )
-        print(NO_SANDBOX_WARNING, file=out)
-    elif mode == "bwrap":
-        print("note: not running as root, so the sandbox runs learners' code as your own user (namespaces, rlimits, "
-              "no network, no view of your files), without the separate user that bounds the number of processes.", file=out)
+    if selected and scheduler:
+        # The learners' code runs on the worker hosts, and each checks its own sandbox before grading (a host without
+        # one is retired from the batch): this machine needs none. --allow-unsandboxed lets hosts without one grade.
+        mode = "none" if allow_unsandboxed else "worker hosts"
+    if selected:
+        if mode == "none":
+            if not allow_unsandboxed:
+                raise UsageError(
+                    "no sandbox available: bubblewrap (`bwrap`) is not installed or cannot create namespaces here.\n"
+                    "Install it (Debian/Ubuntu: apt install bubblewrap), or pass --allow-unsandboxed to grade trusted "
+                    "submissions without one. See README.md, 'Grading safely'."
+                )
+            print(NO_SANDBOX_WARNING, file=out)
+        elif mode == "bwrap":
+            print("note: not running as root, so the sandbox runs learners' code as your own user (namespaces, rlimits, "
+                  "no network, no view of your files), without the separate user that bounds the number of processes.", file=out)
 
-    state_path = workdir / "run-state.json"
-    state = {}
-    if state_path.exists() and not restart:
-        try:
-            state = json.loads(state_path.read_text())
-        except ValueError:
-            state = {}
-    device = device or state.get("device") or ("cuda" if _cuda() else "cpu")
+    # On a Dask cluster (--scheduler) the default stays cpu: --device cuda sends the jobs to the GPU workers.
+    device = device or state.get("device") or ("cuda" if not scheduler and _cuda() else "cpu")
     seed = seed if seed is not None else state.get("seed", secrets.randbelow(2**31))
     workdir.mkdir(parents=True, exist_ok=True)
-    state_path.write_text(json.dumps({"seed": seed, "device": device}))
+    new_state = {"seed": seed, "device": device}
+    if settings_file.path is not None:
+        new_state["course_config"] = str(settings_file.path)
+    (workdir / "run-state.json").write_text(json.dumps(new_state))
 
     limits = sandbox.Limits(cell_seconds=cell_timeout)
     if notebook_timeout:
@@ -200,95 +244,201 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
         limits.memory_bytes = memory_mb * 2**20
     if device.startswith("cuda"):
         limits.memory_bytes = 0  # CUDA reserves a huge address space; rely on the GPU's own memory limit
-    workers = workers or os.cpu_count() or 1
+    if scheduler:
+        if workers:
+            print(f"note: --workers is ignored with --scheduler: the workers of {scheduler} grade (`dask worker --nworkers`).", file=out)
+        workers = None
+    else:
+        workers = workers or os.cpu_count() or 1
     settings = Settings(str(workdir), seed, device, mode, limits)
-    print(f"Grading {len(jobs)} submission(s) from {submissions}; seed {seed}; device {device}; "
-          f"{workers} worker(s); sandbox: {mode}; workdir {workdir}", file=out, flush=True)
+    problems = f"; {len(selected_skipped)} entr(ies) cannot be graded (listed at the end)" if selected_skipped else ""
+    print(f"Grading {len(selected)} submission(s) from {submissions}; seed {seed}; device {device}; "
+          f"{f'{workers} worker(s)' if workers else f'the workers of {scheduler}'}; sandbox: {mode}; workdir {workdir}{problems}", file=out, flush=True)
+    print(f"Using {settings_file.describe()}; gradebook {gradebook_db.describe(db_url)}.", file=out)
 
-    api = nbgrader_api(workdir, cell_timeout)
-    generate_assignments(workdir, sorted({chapter for _, chapter, _ in jobs}), api)
-    db_url = api.coursedir.db_url
-    releases = {chapter: _release_hash(workdir, chapter) for chapter in {c for _, c, _ in jobs}}
+    api = nbgrader_api(workdir, cell_timeout, settings_file, db_url)
+    graded_chapters = sorted({s.chapter for s in selected})
+    if graded_chapters:
+        generate_assignments(workdir, graded_chapters, api)
+    releases = {chapter: _release_hash(workdir, chapter) for chapter in graded_chapters}
 
-    results, todo = {}, []
-    for student, chapter, notebook in jobs:
-        done = None if restart else load_done(workdir, student, chapter, notebook, seed, device, releases[chapter])
-        if done:
-            results[(student, chapter)] = done
+    done, todo = {}, []
+    for sub in selected:
+        result = None if (restart or forced) else load_done(workdir, sub.student, sub.chapter, sub.path, seed, device, releases[sub.chapter])
+        if result:
+            done[(sub.student, sub.chapter)] = result
+            reports.update_intake(workdir, sub.student, sub.chapter, sub.intake())
         else:
-            todo.append((student, chapter, notebook))
-    if results:
-        print(f"Resuming: {len(results)} notebook(s) already graded with seed {seed}; grading the other {len(todo)}.", file=out)
-    from nbgrader.api import Gradebook
+            todo.append(sub)
+    kept = len(set(reports.load_results(workdir)) - {(s.student, s.chapter) for s in selected})
+    if forced:
+        print(f"Regrading the {len(todo)} selected notebook(s) (--only/--chapter); {kept} other graded notebook(s) in the "
+              f"working directory are kept as they are" + (f", and {len(subs) - len(selected)} other submission(s) in the folder are not looked at." if len(subs) > len(selected) else "."), file=out)
+    elif done:
+        print(f"Resuming: {len(done)} notebook(s) already graded with seed {seed}; grading the other {len(todo)}.", file=out)
 
-    gradebook = Gradebook(db_url)
-    record_in_gradebook(gradebook, results.values())
+    gradebook = _connect(db_url)
+    reviews = _record_saved(gradebook, workdir)
+    reports.add_students(gradebook, {k.student for k in selected_skipped if k.status not in ("refused", "stray")})
 
+    results = dict(done)
+    unsaved = []
     start = time.perf_counter()
     interrupted = []
     previous_handler = signal.signal(signal.SIGINT, lambda s, f: _request_stop(interrupted))
     progress = tqdm(total=len(todo), desc="grading", unit="notebook", file=sys.stderr, disable=None)
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker) if todo else None
-    announced = False
+
+    def announce():
+        # Said once the first notebooks are handed to the workers: a Ctrl-C from now on finishes them.
+        print("Grading now (Ctrl-C stops after the notebooks in progress and keeps everything finished).", file=out, flush=True)
+
     try:
-        pending = {}
-        queue = list(todo)
-        while queue or pending:
-            while queue and len(pending) < workers and not interrupted:
-                student, chapter, notebook = queue.pop(0)
-                _copy_submitted(workdir, student, chapter, notebook)
-                pending[pool.submit(_grade_job, (student, chapter, str(notebook), settings))] = (student, chapter, notebook)
-            if not announced:
-                # Said once the first notebooks are handed to the workers: a Ctrl-C from now on finishes them.
-                print("Grading now (Ctrl-C stops after the notebooks in progress and keeps everything finished).", file=out, flush=True)
-                announced = True
-            if not pending:
-                break
-            finished, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            for future in finished:
-                student, chapter, notebook = pending.pop(future)
-                try:
-                    result = future.result()
-                except Exception as exc:  # a worker died (killed, out of memory): this notebook is an error, the rest goes on
-                    result = Result(student, chapter, "error", error=f"grader error: the worker stopped ({type(exc).__name__}: {exc})", seed=seed, device=device)
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker)
-                    for f, job in list(pending.items()):
-                        queue.insert(0, job)
-                    pending.clear()
-                if result.status != "error":
-                    save_result(workdir, result, notebook, releases[chapter])
-                    record_in_gradebook(gradebook, [result])
-                results[(student, chapter)] = result
-                progress.update(1)
-                progress.set_postfix_str(f"{student}/{chapter}")
+        if todo:
+            jobs = cluster.grade_all(todo, settings, workdir, scheduler=scheduler, workers=workers, stop=lambda: bool(interrupted),
+                                     before_submit=lambda sub: _copy_submitted(workdir, sub), started=announce, out=out)
+            with contextlib.closing(jobs):
+                for sub, result in jobs:
+                    if result.status != "error":
+                        reports.save_result(workdir, result, _sha256(sub.path), releases[sub.chapter], sub.intake())
+                        with gradebook_db.transaction(gradebook):  # this process is the gradebook's one writer
+                            reviews += reports.record_results(gradebook, [result])
+                    else:  # not saved: the same command tries it again
+                        unsaved.append((result, sub.intake()))
+                    results[(sub.student, sub.chapter)] = result
+                    progress.update(1)
+                    progress.set_postfix_str(f"{sub.student}/{sub.chapter}")
+    except cluster.ClusterError as exc:
+        gradebook.close()
+        raise UsageError(str(exc)) from None
     finally:
         signal.signal(signal.SIGINT, previous_handler)
         progress.close()
-        if pool:
-            pool.shutdown(wait=True, cancel_futures=True)
-        gradebook.close()
     elapsed = time.perf_counter() - start
 
-    ordered = [results[(s, c)] for s, c, _ in jobs if (s, c) in results]
-    write_reports(workdir, api, db_url, ordered, dict(seed=seed, device=device, sandbox=mode, workers=workers,
-                  notebooks=len(ordered), graded_now=len(ordered) - (len(jobs) - len(todo)), seconds=elapsed, limits=vars(limits)))
-    print_table(ordered, out)
-    graded_now = len(todo) - (len(jobs) - len(ordered))
+    # What could not be graded: this run's account replaces the earlier one for the students it looked at.
+    looked_at = {s.student for s in subs} | {k.student for k in skipped}
+    earlier = [k for k in reports.load_skipped(workdir) if not (k.student in looked_at and chosen(k.student, k.chapter))]
+    reports.save_skipped(workdir, earlier + selected_skipped)
+
+    try:
+        apply_due_dates(gradebook, settings_file, [s for s in selected if (s.student, s.chapter) in results])
+    finally:
+        gradebook.close()
+    outcome = Outcome(results[(s.student, s.chapter)] for s in selected if (s.student, s.chapter) in results)
+    outcome.skipped = selected_skipped
+    outcome.interrupted = bool(interrupted)
+    graded_now = len(results) - len(done)
+    rows = rebuild_reports(workdir, api, unsaved, dict(
+        seed=seed, device=device, sandbox=mode, workers=workers, scheduler=scheduler or "embedded", gradebook=gradebook_db.describe(db_url), notebooks=len(outcome), graded_now=graded_now, seconds=elapsed,
+        limits=vars(limits), course_config=str(settings_file.path or ""), selection={"only": sorted(only or []), "chapters": sorted(chapters or [])},
+        this_run={"graded": sum(r.status == "graded" for r in outcome), "not_graded": [f"{r.student}/{r.chapter}: {r.status}" for r in outcome if r.status != "graded"],
+                  "skipped": [k.to_json() for k in selected_skipped], "ignored": ignored, "not_selected": len(subs) - len(selected)},
+    ), out)
     if graded_now > 0:
-        print(f"\n{graded_now} notebook(s) graded in {elapsed:.1f} s ({elapsed / graded_now:.2f} s per notebook, {workers} worker(s)).", file=out)
-    print(
-        f"grades:   {workdir / 'grades.csv'}\nsummary:  {workdir / 'summary.csv'}\n"
-        f"feedback: {workdir / 'feedback'}/<student>/<chapter>/{course.NOTEBOOK}.html",
-        file=out,
-    )
-    if mode == "none":
+        print(f"\n{graded_now} notebook(s) graded in {elapsed:.1f} s ({elapsed / graded_now:.2f} s per notebook, {f'{workers} worker(s)' if workers else f'the workers of {scheduler}'}).", file=out)
+    for review in reviews:
+        print(f"review: {review}", file=out)
+    _print_account(selected_skipped, ignored, out, outcome, rows, graded_now)
+    _print_outputs(workdir, out)
+    if mode == "none" and selected:
         print(NO_SANDBOX_WARNING, file=out)
     if interrupted:
-        print(f"\nInterrupted after {len(ordered)} of {len(jobs)} notebook(s). Everything above is saved; "
+        print(f"\nInterrupted after {len(outcome)} of {len(selected)} notebook(s). Everything above is saved; "
               "run the same command again to grade the rest (same seed, nothing graded twice).", file=out)
-        raise KeyboardInterrupt
-    return ordered
+    return outcome
+
+
+def rebuild_reports(workdir: Path, api, unsaved=(), run=None, out=sys.stdout):
+    """Late penalties, then every report, from the whole gradebook and every saved result; print the table."""
+    from nbgrader.api import Gradebook
+
+    workdir = Path(workdir)
+    with Gradebook(api.coursedir.db_url) as gradebook:
+        assign_penalties(gradebook, api.config)
+        snapshot = reports.gradebook_snapshot(gradebook)
+        reports.write_grades_csv(workdir, api.config, gradebook)
+    rows = reports.build_rows(reports.load_results(workdir), reports.load_skipped(workdir), snapshot, unsaved)
+    reports.write_summary_csv(workdir / "summary.csv", rows)
+    reports.write_chapter_csvs(workdir / "scores", rows, snapshot)
+    reports.refresh_all_feedback(workdir, rows)
+    previous = {}
+    try:
+        previous = json.loads((workdir / "last_run.json").read_text())
+    except (OSError, ValueError):
+        pass
+    info = dict(run if run is not None else {k: v for k, v in previous.items() if k not in ("reports", "rebuilt")})
+    if run is None:
+        info["rebuilt"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    info["reports"] = {"notebooks": sum(r.result is not None for r in rows), "students": len({r.student for r in rows}), "by_status": reports.counts(rows)}
+    (workdir / "last_run.json").write_text(json.dumps(info, indent=1, ensure_ascii=False))
+    reports.print_table(rows, out)
+    return rows
+
+
+def _print_account(skipped, ignored, out, outcome=None, rows=None, graded_now=0):
+    """The end of a run: what it could not grade, one line each, and where the rest is."""
+    lines = []
+    if outcome is not None:
+        not_graded = [r for r in outcome if r.status != "graded"]
+        earlier = len(outcome) - graded_now
+        lines.append(f"\nThis run: {sum(r.status == 'graded' for r in outcome)} notebook(s) graded"
+                     + (f" ({earlier} of them unchanged since an earlier run)" if earlier else "")
+                     + f", {len(not_graded)} could not be graded, {len(skipped)} entr(ies) skipped.")
+        for r in not_graded[:ACCOUNT_LINES]:
+            lines.append(f"  not graded  {r.student}/{r.chapter}: {r.status}: {r.error or r.first_problem}"[:200])
+    elif skipped:
+        lines.append("")
+    for k in skipped[:ACCOUNT_LINES]:
+        lines.append(f"  skipped     {k.path or k.student}  [{k.status}]  {k.message}"[:240])
+    if len(skipped) > ACCOUNT_LINES:
+        lines.append(f"  ... and {len(skipped) - ACCOUNT_LINES} more: see the status column of summary.csv")
+    for entry in ignored:
+        lines.append(f"  ignored     {entry}")
+    if rows is not None:
+        lines.append(reports.summary_line(rows))
+    print("\n".join(lines), file=out)
+
+
+def _print_outputs(workdir: Path, out):
+    print(f"grades:   {workdir / 'grades.csv'}\nsummary:  {workdir / 'summary.csv'}\nscores:   {workdir / 'scores'}/<chapter>.csv\n"
+          f"feedback: {workdir / 'feedback'}/<student>/<chapter>/{course.NOTEBOOK}.html", file=out)
+
+
+def report(workdir: Path, course_config=None, out=sys.stdout, db=None) -> int:
+    """Rebuild every report from the gradebook and the saved results, without grading (after manual grading
+    in formgrader, a roster import or a change of due dates). Exit status as for grading."""
+    _quiet_nbgrader()
+    workdir = Path(workdir).resolve()
+    state = _read_state(workdir)
+    db_url, has_gradebook = gradebook_url(workdir, db)
+    if not has_gradebook:
+        raise UsageError(f"{workdir} holds no gradebook ({gradebook_db.describe(db_url)}): grade a folder into it first")
+    settings_file = course_settings(workdir, course_config, state)
+    if course_config:
+        state["course_config"] = str(settings_file.path)
+        (workdir / "run-state.json").write_text(json.dumps(state))
+    print(f"Using {settings_file.describe()}; gradebook {gradebook_db.describe(db_url)}.", file=out)
+    api = nbgrader_api(workdir, settings=settings_file, db_url=db_url)
+
+    with _connect(db_url) as gradebook:
+        reviews = _record_saved(gradebook, workdir)
+        subs = []
+        for (student, chapter), (result, found) in reports.load_results(workdir).items():
+            when = found.get("timestamp")
+            subs.append(intake.Submission(student, chapter, Path(found.get("path", "")), timestamp=_parse_iso(when), timestamp_source=found.get("timestamp_source", "")))
+        apply_due_dates(gradebook, settings_file, subs)
+    rows = rebuild_reports(workdir, api, out=out)
+    for review in reviews:
+        print(f"review: {review}", file=out)
+    print("\n" + reports.summary_line(rows), file=out)
+    _print_outputs(workdir, out)
+    return EXIT_OK if all(r.status == "graded" for r in rows) else EXIT_NOT_ALL_GRADED
+
+
+def _parse_iso(text):
+    from datetime import datetime
+
+    return datetime.fromisoformat(text) if text else None
 
 
 def _request_stop(interrupted):
@@ -301,39 +451,3 @@ def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def write_reports(workdir: Path, api, db_url: str, results, run: dict):
-    from nbgrader.api import Gradebook
-    from nbgrader.plugins import CsvExportPlugin
-
-    with Gradebook(db_url) as gradebook:
-        CsvExportPlugin(config=api.config).export(gradebook)
-    write_summary_csv(workdir / "summary.csv", results)
-    (workdir / "last_run.json").write_text(json.dumps(run, indent=1))
-
-
-def write_summary_csv(path: Path, results):
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["student", "chapter", "status", "cell", "score", "max_score", "message"])
-        for r in results:
-            if r.status != "graded" or r.notes:
-                writer.writerow([r.student, r.chapter, r.status, "", "", "", r.error or "; ".join(r.notes)])
-            for c in r.cells:
-                writer.writerow([r.student, r.chapter, r.status, c.grade_id, c.score, c.max_score, c.message])
-
-
-def print_table(results, out=sys.stdout, width=90):
-    rows = [("student", "chapter", "score", "status", "first problem")]
-    for r in results:
-        problem = r.first_problem.replace("\n", " ")
-        problem = problem if len(problem) <= width else problem[: width - 1] + "…"
-        score = f"{r.score:g}/{r.max_score:g}" if r.status != "error" else "-"
-        rows.append((r.student, r.chapter, score, r.status, problem))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    print(file=out)
-    for i, row in enumerate(rows):
-        print("  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths)) + "  " + row[4], file=out)
-        if i == 0:
-            print("  ".join("-" * w for w in widths) + "  " + "-" * 13, file=out)

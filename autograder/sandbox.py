@@ -26,13 +26,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-SANDBOX_UID_BASE = 200_000  # + the worker's pid: a uid of its own per worker, with no files and no login
+SANDBOX_UID_BASE = 200_000  # + the worker thread's id: a uid of its own per worker, with no files and no login
 
 
 def sandbox_uid() -> int:
     """The unprivileged uid this worker's sandboxes run as. One per worker, so that the process limit
-    (RLIMIT_NPROC counts per user) of one submission's fork bomb cannot starve another's."""
-    return SANDBOX_UID_BASE + os.getpid()
+    (RLIMIT_NPROC counts per user) of one submission's fork bomb cannot starve another's. The kernel's id of
+    the calling thread: the worker's pid in a single-threaded worker, and distinct for each thread of a
+    Dask worker started with several threads (thread ids and pids are unique together on a host)."""
+    return SANDBOX_UID_BASE + threading.get_native_id()
 
 
 @dataclass

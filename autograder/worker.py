@@ -58,13 +58,18 @@ class Result:
 
     @property
     def first_problem(self) -> str:
+        """One line for the table: what went wrong first. When a time limit or a crash stopped part of the
+        notebook, that cause comes first (the errors that follow from it, NameErrors, say less)."""
         if self.error:
             return self.error
         lost = [c for c in self.cells if c.score < c.max_score]
+        stopped = [n for n in self.notes if " was stopped: " in n]
+        stopped += [line for c in lost for line in c.message.splitlines()[:1] if line.startswith("not run: the notebook stopped")]
         if lost:
             lines = lost[0].message.splitlines() or ["no points"]
             likely = [line for line in lines if line.startswith("Likely mistake")]
-            return f"{(likely or lines)[0]} [{lost[0].grade_id}]"
+            first = f"{(likely or lines)[0]} [{lost[0].grade_id}]"
+            return f"{stopped[0]}; then: {first}" if stopped and not first.startswith(stopped[0]) else first
         return self.notes[0] if self.notes else ""
 
     def to_json(self) -> dict:
@@ -130,6 +135,7 @@ def plan_cells(released, submitted, checks_module):
     # The course's own free cells (no nbgrader metadata, e.g. "Your plot here (optional)"), by cell id.
     free = {c.get("id"): _source(c).strip().splitlines()[0] if _source(c).strip() else "an empty cell"
             for c in released.cells if c.cell_type == "code" and not _nbgrader(c)}
+    course_sources = {_source(c).strip() for c in released.cells if c.cell_type == "code" and _nbgrader(c) and not _nbgrader(c).get("solution")} - {""}
     learner, extra_after, seen, notes = {}, {None: []}, set(), []
     anchor = None
     for cell in submitted["cells"]:
@@ -144,7 +150,12 @@ def plan_cells(released, submitted, checks_module):
             if isinstance(gid, str) and gid in seen:
                 notes.append(f"a second cell with id {gid!r} (a copy?) was run as an extra cell")
             cell_id = cell.get("id") if not gid else None
-            origin = f"your code in the notebook's cell '{free[cell_id]}'" if cell_id in free else "a cell you added"
+            if _source(cell).strip() in course_sources:
+                origin = "the course's own cell (a copy)"  # e.g. the check helpers in a notebook without metadata
+            elif cell_id in free:
+                origin = f"your code in the notebook's cell '{free[cell_id]}'"
+            else:
+                origin = "a cell you added"
             extra_after.setdefault(anchor, []).append((_source(cell), origin))
 
     cells, solutions = [], {}
@@ -268,12 +279,14 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points)
         check = checks_module.CHECKS[gid]
         max_score = points[gid]
         found, hidden = learner_code_findings(check.function, solutions, cells, checks_module)
-        if found:
-            scores.append(CellScore(gid, 0.0, max_score, f"{check.function}: {'; '.join(found)}. This exercise asks you to write it yourself: no points for it."))
-            continue
-        if hidden:
-            scores.append(CellScore(gid, 0.0, max_score, f"{check.function or 'this exercise'}: {'; '.join(hidden)}. That machinery can switch off the "
-                                    "grader's observation of your code, so this exercise earns no points; use public tensor operations only."))
+        if found or hidden:
+            reasons = []
+            if found:
+                reasons.append(f"{'; '.join(found)}. This exercise asks you to write it yourself: no points for it.")
+            if hidden:
+                reasons.append(f"{'; '.join(hidden)}. That machinery can switch off the grader's observation of your code, "
+                               "so this exercise earns no points; use public tensor operations only.")
+            scores.append(CellScore(gid, 0.0, max_score, f"{check.function or 'this exercise'}: " + " ".join(reasons)))
             continue
         if cell["index"] in skip:
             scores.append(CellScore(gid, 0.0, max_score, skip[cell["index"]]))
@@ -381,21 +394,13 @@ def write_feedback(workdir: Path, result: Result, cells, by_cell, skip):
     e = html.escape
     parts = [f"<!doctype html><meta charset='utf-8'><title>Feedback: {e(result.chapter)}</title><style>{FEEDBACK_CSS}</style>",
              f"<h1>Feedback: {e(result.chapter)}</h1>",
-             f"<p>Student: <b>{e(result.student)}</b>. Score: <b>{result.score:g} / {result.max_score:g}</b>.</p>"]
-    if result.error:
-        parts.append(f"<p class='note'>This notebook could not be graded: {e(result.error)}</p>")
-    for note in result.notes:
-        parts.append(f"<p class='note'>{e(note)}</p>")
+             f"<!--summary-->{feedback_summary(result)}<!--/summary-->"]
     verdicts = {c.grade_id: c for c in result.cells}
     for cell in cells:
         done = by_cell.get(cell["index"], {}).get("done", {})
         if cell["kind"] == "probe":
             v = verdicts[cell["probe"]]
-            cls = "pass" if v.score == v.max_score else "fail"
-            parts.append(f"<div class='cell'><h3 class='{cls}'>Check {e(cell['probe'])}: {v.score:g} / {v.max_score:g}</h3>")
-            if v.message:
-                parts.append(f"<pre>{e(v.message)}</pre>")
-            parts.append("</div>")
+            parts.append(f"<div class='cell'><!--check:{_marker(v.grade_id)}-->{feedback_check(v)}<!--/check--></div>")
             continue
         if cell["origin"].startswith("the course's"):
             continue
@@ -411,6 +416,73 @@ def write_feedback(workdir: Path, result: Result, cells, by_cell, skip):
     path = workdir / "feedback" / result.student / result.chapter / f"{course.NOTEBOOK}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(path, "\n".join(parts) + "\n")
+
+
+def _marker(grade_id: str) -> str:
+    return html.escape(grade_id).replace("-", "&#45;")  # grade ids are the course's; never "--" inside a comment
+
+
+def feedback_summary(result: Result, final: dict | None = None) -> str:
+    """The feedback's header: student, score, and the notes. `final` (from the reports, after formgrader
+    and due dates): score, raw_score, penalty, late, submitted, due, manual (grade ids), comments, notes."""
+    e = html.escape
+    final = final or {}
+    score = final.get("score", result.score)
+    parts = [f"<p>Student: <b>{e(result.student)}</b>. Score: <b>{score:g} / {result.max_score:g}</b>.</p>"]
+    if final.get("manual"):
+        parts.append(f"<p class='note'>Your instructor graded {len(final['manual'])} check(s) by hand "
+                     f"({e(', '.join(final['manual']))}); their score replaces the automatic one.</p>")
+    if final.get("submitted"):
+        when = f"Submitted {e(final['submitted'])}"
+        if final.get("due"):
+            when += f"; due {e(final['due'])}"
+        if final.get("late"):
+            when += f": <b>late by {e(final['late'])}</b>"
+            if final.get("penalty"):
+                when += f", late penalty {final['penalty']:g} (score before it: {final.get('raw_score', result.score):g})"
+        parts.append(f"<p>{when}.</p>")
+    if result.error:
+        parts.append(f"<p class='note'>This notebook could not be graded: {e(result.error)}</p>")
+    for note in list(final.get("notes", [])) + list(result.notes):
+        parts.append(f"<p class='note'>{e(note)}</p>")
+    for cell, comment in final.get("comments", []):
+        parts.append(f"<p class='note'>Comment from your instructor on {e(cell)}:</p><pre>{e(comment)}</pre>")
+    return "\n".join(parts)
+
+
+def feedback_check(v: CellScore, manual: float | None = None) -> str:
+    """One check's verdict; with `manual`, the score the instructor gave in its place."""
+    e = html.escape
+    score = v.score if manual is None else manual
+    cls = "pass" if score >= v.max_score else "fail"
+    text = f"<h3 class='{cls}'>Check {e(v.grade_id)}: {score:g} / {v.max_score:g}</h3>"
+    if manual is not None:
+        text += f"<p class='note'>Graded by your instructor (the automatic check gave {v.score:g}).</p>"
+    if v.message:
+        text += f"<pre>{e(v.message)}</pre>"
+    return text
+
+
+def refresh_feedback(workdir: Path, result: Result, final: dict, manual: dict) -> bool:
+    """Rewrite the score parts of an existing feedback file with the final numbers (manual grades, late
+    penalty, notes); the learner's code and outputs stay as the grading run wrote them. True if changed."""
+    import re
+
+    path = Path(workdir) / "feedback" / result.student / result.chapter / f"{course.NOTEBOOK}.html"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return False
+    new = re.sub(r"<!--summary-->.*?<!--/summary-->", lambda m: f"<!--summary-->{feedback_summary(result, final)}<!--/summary-->", text, count=1, flags=re.S)
+    for v in result.cells:
+        marker = _marker(v.grade_id)
+        new = re.sub(rf"<!--check:{re.escape(marker)}-->.*?<!--/check-->",
+                     lambda m, v=v, marker=marker: f"<!--check:{marker}-->{feedback_check(v, manual.get(v.grade_id))}<!--/check-->",
+                     new, count=1, flags=re.S)
+    if new == text:
+        return False
+    _atomic_write(path, new)
+    return True
 
 
 def _atomic_write(path: Path, text: str):

@@ -1,24 +1,35 @@
-"""Benchmark (not a test): grade N submissions with our grader and with stock nbgrader; print the ratio.
+"""Benchmark (not a test): our grader on Dask (1 and N workers), the plain process pool it replaced, and stock
+nbgrader, in one run on the same submissions.
 
-    python scripts/bench_grading.py [-n 10] [--chapter ID ...] [--workers N] [--no-stock]
+    python scripts/bench_grading.py [-n 30] [--chapter ID ...] [--workers N] [--no-stock] [--no-pool] [--no-one-worker]
 
 The submissions cycle through the chapters (default: every chapter with exercises, a mixed batch) and,
 within each, through the reference solution, two typical wrong answers of its catalogue and the untouched
-notebook, so that the scores differ. Two measurements on the same submissions, in one run on one machine:
-1. our grader (`autograder.grade.grade`: sandboxed runs in N parallel workers, judged outside the kernel,
-   gradebook, feedback and reports included, and the assignment generation at its start);
-2. stock `nbgrader autograde <chapter>` on the same course directory (one command for all students, the
-   hidden checks run inside each kernel, no feedback).
-Both must give every submission the same score, or the timing means nothing.
+notebook, so that the scores differ. Measurements on the same submissions, each in a fresh working directory,
+in one run on one machine (each of ours in a process of its own, as an instructor runs it):
+1. stock `nbgrader autograde <chapter>` (one command for all students, the hidden checks run inside each
+   kernel, serial, no feedback);
+2. our grader as shipped (`autograder.grade.grade`: sandboxed runs on the embedded Dask cluster, judged
+   outside the kernel, gradebook, feedback and reports included, and the assignment generation at its start)
+   with N workers (default: all cores), and with 1 worker: the scaling efficiency is t1 / (N * tN);
+3. the same grader with the plain process pool it used before Dask (`pool_grade_all` below, kept here only to
+   measure what the Dask layer costs: cluster start, shipping each job and its files, the scheduler).
+Every run must give every submission the same score, or the timing means nothing.
 """
 
 import argparse
+import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import warnings
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
+
+import multiprocessing
 
 import nbformat
 
@@ -27,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from nbgrader.api import Gradebook  # noqa: E402
 
-from autograder import demo  # noqa: E402
+from autograder import cluster, demo  # noqa: E402
 from autograder.config import nbgrader_config  # noqa: E402
 from autograder.grade import grade  # noqa: E402
 
@@ -69,39 +80,146 @@ def stock_nbgrader(workdir: Path, chapters) -> tuple[float, dict]:
     return seconds, scores
 
 
+# --- The plain process pool the grader used before Dask: here only to measure the Dask layer's cost -------------
+
+
+def _pool_init():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    warnings.filterwarnings("ignore")
+
+
+def _pool_job(args):
+    from autograder.worker import Result, grade_submission
+
+    student, chapter, notebook, settings = args
+    try:
+        return grade_submission(student, chapter, Path(notebook), settings)
+    except Exception as exc:
+        return Result(student, chapter, "error", error=f"grader error: {type(exc).__name__}: {exc}", seed=settings.seed, device=settings.device)
+
+
+def pool_grade_all(subs, settings, workdir, *, scheduler=None, workers=None, stop=lambda: False, before_submit=None, started=None, out=sys.stdout):
+    """cluster.grade_all's contract on a forkserver ProcessPoolExecutor writing into the workdir directly."""
+    workers = workers or os.cpu_count() or 1
+    with ProcessPoolExecutor(max_workers=workers, initializer=_pool_init, mp_context=multiprocessing.get_context("forkserver")) as pool:
+        todo, pending = list(subs), {}
+        while todo or pending:
+            while todo and len(pending) < workers and not stop():
+                sub = todo.pop(0)
+                if before_submit is not None:
+                    before_submit(sub)
+                pending[pool.submit(_pool_job, (sub.student, sub.chapter, str(sub.path), settings))] = sub
+            if started is not None and pending:
+                started()
+                started = None
+            if not pending:
+                break
+            finished, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            for future in finished:
+                yield pending.pop(future), future.result()
+
+
+def pool_command(submissions: str, workdir: str, workers: int):
+    """Entry point of the pool run (in its own process, like the CLI): grade() with the old pool in place of Dask."""
+    cluster.grade_all = pool_grade_all
+    with open(os.devnull, "w") as quiet:
+        grade(Path(submissions), Path(workdir), seed=0, device="cpu", workers=workers, out=quiet)
+
+
+def run_ours(submissions: Path, workdir: Path, workers: int, pool=False) -> dict:
+    """One run of our grader in a process of its own, as an instructor runs it: `python -m autograder grade` (on
+    the embedded Dask cluster), or with `pool` the same grade() on the old process pool. Its timings and scores."""
+    from autograder import reports
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if pool:
+        code = (f"import sys; sys.path.insert(0, {str(ROOT / 'scripts')!r}); import bench_grading; "
+                f"bench_grading.pool_command({str(submissions)!r}, {str(workdir)!r}, {workers})")
+        command = [sys.executable, "-c", code]
+    else:
+        command = [sys.executable, "-m", "autograder", "grade", str(submissions), "--workdir", str(workdir), "--seed", "0",
+                   "--device", "cpu", "--workers", str(workers)]
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    total = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command[:3])} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    run = json.loads((workdir / "last_run.json").read_text())
+    results = [result for result, _ in reports.load_results(workdir).values()]
+    return {"total": total, "grading": run["seconds"], "results": results, "scores": {(r.student, r.chapter): r.score for r in results}}
+
+
+def cluster_start_stop(workers: int) -> float:
+    """Seconds to start and stop the embedded cluster with nothing to grade, in a fresh process like the CLI's."""
+    code = ("import time; from autograder import cluster; t = time.perf_counter()\n"
+            f"with cluster.connect(workers={workers}):\n    pass\nprint(time.perf_counter() - t)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, check=True)
+    return float(done.stdout.split()[-1])
+
+
 def main():
     from autograder import course
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=10, help="number of notebooks to grade (default 10)")
     parser.add_argument("--chapter", action="append", default=None, help="chapter id (repeatable; default: every chapter with exercises)")
-    parser.add_argument("--workers", type=int, default=None, help="our grader's workers (default: all cores)")
+    parser.add_argument("--workers", type=int, default=None, help="our grader's workers (default: all cores, the grader's default)")
     parser.add_argument("--no-stock", action="store_true", help="skip the stock `nbgrader autograde` measurement")
+    parser.add_argument("--no-pool", action="store_true", help="skip the old process pool (the Dask layer's cost)")
+    parser.add_argument("--no-one-worker", action="store_true", help="skip the 1-worker run (the scaling efficiency)")
     args = parser.parse_args()
     chapters = args.chapter or course.graded_chapters()
+    n_workers = args.workers or os.cpu_count() or 1
+    load = os.getloadavg()[0]
 
+    lines, same = [], True
     with tempfile.TemporaryDirectory() as tmp:
-        submissions, workdir = Path(tmp) / "submissions", Path(tmp) / "work"
+        submissions = Path(tmp) / "submissions"
         make_submissions(submissions, chapters, args.n)
-        start = time.perf_counter()
-        results = grade(submissions, workdir, seed=0, device="cpu", workers=args.workers)
-        ours = time.perf_counter() - start
-        our_scores = {(r.student, r.chapter): r.score for r in results}
-        lines = [f"our grader (sandboxed, {args.workers or os.cpu_count()} workers, feedback included): {ours:.1f} s, {ours / args.n:.2f} s per notebook"]
+        runs = {}
+        runs["dask-N"] = run_ours(submissions, Path(tmp) / "dask-N", n_workers)
+        if not args.no_one_worker and n_workers > 1:
+            runs["dask-1"] = run_ours(submissions, Path(tmp) / "dask-1", 1)
+        if not args.no_pool:
+            runs["pool-N"] = run_ours(submissions, Path(tmp) / "pool-N", n_workers, pool=True)
+        ours = runs["dask-N"]
+        for name, run in runs.items():
+            if run["scores"] != ours["scores"]:
+                same = False
+                lines.append(f"  SCORES DIFFER between dask-N and {name}")
+        label = {"dask-N": f"embedded Dask cluster, {n_workers} workers (the default)", "dask-1": "embedded Dask cluster, 1 worker",
+                 "pool-N": f"plain process pool, {n_workers} workers (before Dask)"}
+        for name, run in runs.items():
+            lines.append(f"{label[name]:<48} {run['total']:7.1f} s in all, {run['total'] / args.n:5.2f} s per notebook "
+                         f"(grading {run['grading']:.1f} s, {run['grading'] / args.n:.2f} s per notebook)")
+        per_notebook = [r.seconds for r in ours["results"]]
+        lines.append(f"  one notebook in one worker: {sum(per_notebook) / len(per_notebook):.2f} s on average")
         for chapter in chapters:
-            mine = [r.seconds for r in results if r.chapter == chapter]
-            if mine:
+            mine = [r.seconds for r in ours["results"] if r.chapter == chapter]
+            if mine and len(chapters) > 1:
                 lines.append(f"  {chapter}: {len(mine)} notebooks, {sum(mine) / len(mine):.2f} s per notebook in one worker (median {sorted(mine)[len(mine) // 2]:.2f} s)")
-        same = True
+        if "dask-1" in runs:
+            t1, tn = runs["dask-1"]["grading"], ours["grading"]
+            lines.append(f"scaling 1 -> {n_workers} workers (grading phase): {t1 / tn:.2f}x faster, efficiency {t1 / (n_workers * tn):.0%}")
+        if "pool-N" in runs:
+            pool = runs["pool-N"]
+            fixed = cluster_start_stop(n_workers)
+            per_job = (ours["grading"] - pool["grading"] - fixed) / args.n
+            lines.append(f"cost of the Dask layer ({n_workers} workers): {ours['grading'] - pool['grading']:+.1f} s on the grading phase "
+                         f"({ours['grading'] / pool['grading'] - 1:+.0%}), {ours['total'] - pool['total']:+.1f} s on the whole command "
+                         f"({(ours['total'] - pool['total']) / args.n:+.2f} s per notebook)")
+            lines.append(f"  of which starting and stopping the embedded cluster ({n_workers} workers, nothing graded): {fixed:.1f} s; "
+                         f"the rest, per notebook: {per_job:+.3f} s")
         if not args.no_stock:
-            stock, stock_scores = stock_nbgrader(workdir, sorted({c for _, c in our_scores}))
-            same = stock_scores == our_scores
-            lines.append(f"stock nbgrader autograde (in-kernel, serial, no feedback): {stock:.1f} s, {stock / args.n:.2f} s per notebook")
-            lines.append(f"throughput, ours / stock: {stock / ours:.2f}x")
-            lines.append(f"same score for every submission: {same} (total {sum(our_scores.values()):g} vs {sum(stock_scores.values()):g})")
-            if not same:
-                lines += [f"  differs: {k}: ours {our_scores.get(k)} stock {stock_scores.get(k)}" for k in sorted(set(our_scores) | set(stock_scores)) if our_scores.get(k) != stock_scores.get(k)]
-    print(f"\nbenchmark: {args.n} submissions of {', '.join(chapters)}, {os.cpu_count()} CPU cores")
+            stock, stock_scores = stock_nbgrader(Path(tmp) / "dask-N", sorted({c for _, c in ours["scores"]}))
+            lines.insert(0, f"{'stock nbgrader autograde (in-kernel, serial)':<48} {stock:7.1f} s in all, {stock / args.n:5.2f} s per notebook")
+            lines.append(f"throughput, ours (default) / stock: {stock / ours['total']:.2f}x")
+            same = same and stock_scores == ours["scores"]
+            lines.append(f"same score for every submission: {same} (total {sum(ours['scores'].values()):g} vs {sum(stock_scores.values()):g})")
+            if stock_scores != ours["scores"]:
+                keys = sorted(set(ours["scores"]) | set(stock_scores))
+                lines += [f"  differs: {k}: ours {ours['scores'].get(k)} stock {stock_scores.get(k)}" for k in keys if ours["scores"].get(k) != stock_scores.get(k)]
+    print(f"\nbenchmark: {args.n} submissions of {', '.join(chapters)}; {os.cpu_count()} CPU cores; load average {load:.2f} at the start")
     print("\n".join(lines))
     return 0 if same else 1
 

@@ -129,22 +129,24 @@ def cheat_corpus(workdir, port):
                 "    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
                 "    w = stable_softmax((q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(~mask if mask is not None else torch.zeros((), dtype=torch.bool, device=q.device), float('-inf')), dim=-1)\n"
                 "    return out, w\n")),
-            FULL - 5,  # attention earns nothing; self-attention, which calls it, is graded on its own
+            # Attention earns nothing, and so does self-attention, which calls it: a forbidden built-in seen
+            # anywhere in a graded call costs that call (else a "callee" could carry the caller's shortcut).
+            FULL - 5 - 3,
         ),
         "torch-softmax-hidden-in-helper": (
             add_cell(with_cell(reference_nb(), "stable_softmax", lambda s: "def stable_softmax(x, dim=-1):\n    return _helper(x, dim)\n"),
                      "import torch\n_helper = getattr(torch, 'soft' + 'max')", after="imports"),
-            # The static scan sees nothing; the tripwire around each call catches softmax. The attention
-            # functions that call this stable_softmax are graded with the reference's results in its place.
-            FULL - 3,
+            # The static scan sees nothing; the tripwire around each call catches softmax, also where the
+            # learner's attention functions call this stable_softmax. Only the variance experiment is left.
+            2.0,
         ),
         # Redefining a graded function in an added cell, with torch's function modes switched off through a
         # private API, around the forbidden built-in: every learner cell is read, and the dispatch-level
-        # observer sees aten._softmax anyway. Only that exercise earns nothing (its callers are isolated).
+        # observer sees aten._softmax anyway, also in the attention functions that call it.
         "redefine-with-private-api": (
             add_cell(reference_nb(), "import torch\ndef stable_softmax(x, dim=-1):\n    with torch._C.DisableTorchFunction():\n"
                      "        return torch.softmax(x, dim)", after="stable_softmax"),
-            FULL - 3,
+            2.0,
         ),
         # Switching the observers off for the whole run, in a cell of its own: every exercise earns nothing.
         "disable-observers-globally": (
@@ -155,7 +157,7 @@ def cheat_corpus(workdir, port):
         "aten-softmax-through-a-computed-name": (
             add_cell(with_cell(reference_nb(), "stable_softmax", lambda s: "def stable_softmax(x, dim=-1):\n    return _helper(x, dim, False)\n"),
                      "import torch\n_helper = getattr(torch.ops.aten, '_soft' + 'max')", after="imports"),
-            FULL - 3,
+            2.0,
         ),
         # Faking the end of the run only stops the grader from reading further: the learner loses the rest.
         "fake-report-end": (cheat("import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b'{\"event\": \"end\"}\\n')\n    except OSError:\n        pass"), 0.0),
@@ -391,7 +393,7 @@ def test_kill_9_mid_batch_resumes_without_regrading(tmp_path):
     fresh = _grade_demo(tmp_path / "fresh", 2)
     resumed, clean = read_summary(workdir), read_summary(tmp_path / "fresh")
     assert {s: score(resumed, s) for s in resumed} == {s: score(clean, s) for s in clean}
-    assert {s: score(resumed, s) for s in resumed} == {"alice": 13.0, "bob": 0.0, "carol": 5.0, "dave": 5.0}
+    assert {s: score(resumed, s) for s in resumed} == {"alice": 13.0, "bob": 0.0, "carol": MISSING_SCALE_SCORE, "dave": MISSING_SCALE_SCORE}
     grades = (workdir / "grades.csv").read_text()
     assert all(student in grades for student in demo.DEMO_STUDENTS)
     assert fresh.returncode == 0

@@ -52,7 +52,7 @@ def corpus(tmp_path_factory):
         path = submissions / student / chapter / "exercises.ipynb"
         path.parent.mkdir(parents=True)
         nbformat.write(nb, path)
-    result = run_python("-m", "autograder", "grade", str(submissions), "--workdir", str(workdir), "--device", "cpu")
+    result = run_python("-m", "autograder", "grade", str(submissions), "--workdir", str(workdir), "--device", "cpu", timeout=2400)
     assert result.returncode == 0, f"grading failed:\n{result.stdout}\n{result.stderr[-3000:]}"
     return workdir, read_summary(workdir), result.stdout
 
