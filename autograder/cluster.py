@@ -376,7 +376,8 @@ def grade_all(subs, settings, workdir: Path, *, scheduler=None, workers=None, st
                     break
                 waiting_since = waiting_since or time.monotonic()
                 if time.monotonic() - waiting_since > WORKER_WAIT_NOTE_S:
-                    print(f"Waiting for a Dask worker to join {scheduler} (Ctrl-C to stop; finished notebooks are kept)...", file=out, flush=True)
+                    print(f"Waiting for a Dask worker to join {scheduler or 'the embedded cluster'} (Ctrl-C to stop; finished notebooks "
+                          "are kept)...", file=out, flush=True)
                     waiting_since = time.monotonic()
                 time.sleep(0.5)
                 continue

@@ -297,7 +297,9 @@ def test_a_worker_killed_mid_notebook_loses_nothing_and_a_notebook_that_keeps_ki
         killer.stop.set()
         killer.join(timeout=10)
     assert killer.killed.count(False) == 1, f"an ordinary notebook's worker is killed once mid-notebook: {killer.killed}"
-    assert killer.killed.count(True) == ALLOWED_FAILURES + 1, f"the poisoned notebook's workers, each time: {killer.killed}"
+    # Dask gives up once ALLOWED_FAILURES + 1 workers died while its records had the notebook on them; a kill it does
+    # not count against the notebook (a worker it had not recorded as running it yet) adds one more.
+    assert killer.killed.count(True) >= ALLOWED_FAILURES + 1, f"the poisoned notebook's workers, each time: {killer.killed}"
     assert result.returncode == 1, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     rows = read_summary(tmp_path / "work")
     assert rows["mallory"][CHAPTER][""]["status"] == "error"
@@ -343,33 +345,50 @@ def test_the_coordinator_killed_and_resumed_grades_nothing_twice(tmp_path, postg
     assert json.loads((workdir / "last_run.json").read_text())["graded_now"] == 6 - len(saved)
 
 
-def test_a_host_without_a_sandbox_is_retired_and_its_notebooks_graded_elsewhere(tmp_path, dask_cluster):
-    address, _ = dask_cluster
-    _two_workers(address)
-    base = tmp_path / "no-sandbox-host"
-    base.mkdir()
-    bad = _spawn(["distributed.cli.dask_worker", address, "--name", "no-sandbox-host", "--nworkers", "1", "--nthreads", "1",
-                  "--memory-limit", "0", "--no-dashboard", "--local-directory", str(base)], base / "worker.log",
-                 course_env(COURSE_SANDBOX="none"))  # as if bubblewrap were missing on that host
-    try:
-        from distributed import Client
+def test_a_host_without_a_sandbox_is_retired_and_its_notebooks_graded_elsewhere(tmp_path):
+    """A cluster of its own: first only a host without bubblewrap (it must refuse, be retired, and the batch wait),
+    then a proper host joins and grades everything."""
+    from autograder import sandbox
 
-        with Client(address, timeout=60) as client:
-            client.wait_for_workers(3, timeout=90)
-        result = _grade(demo.DEMO_DIR, tmp_path / "work", "--scheduler", address)
-        assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-        assert "note: retiring the Dask worker" in result.stdout and "has no sandbox" in result.stdout, result.stdout[-3000:]
+    env = course_env(DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION="1.0")
+    scheduler_file = tmp_path / "scheduler.json"
+    procs = [_spawn(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                     "--scheduler-file", str(scheduler_file)], tmp_path / "scheduler.log", env)]
+    coordinator = None
+    try:
+        _wait(lambda: scheduler_file.exists() and scheduler_file.stat().st_size > 0, "the Dask scheduler", timeout=60)
+        address = json.loads(scheduler_file.read_text())["address"]
+
+        def worker(name, **extra_env):
+            (tmp_path / name).mkdir()
+            return _spawn(["distributed.cli.dask_worker", address, "--name", name, "--nworkers", "1", "--nthreads", "1", "--memory-limit", "0",
+                           "--no-dashboard", "--local-directory", str(tmp_path / name)], tmp_path / f"{name}.log", course_env(**extra_env))
+
+        bad = worker("no-sandbox-host", COURSE_SANDBOX="none")  # as if bubblewrap were missing on that host
+        procs.append(bad)
+        command = [sys.executable, "-m", "autograder", "grade", str(demo.DEMO_DIR), "--workdir", str(tmp_path / "work"), "--seed", "5",
+                   "--device", "cpu", "--scheduler", address]
+        coordinator = subprocess.Popen(command, cwd=ROOT, env=course_env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        said = []
+        for line in coordinator.stdout:
+            said.append(line)
+            if line.startswith("note: retiring the Dask worker"):
+                break
+        assert "has no sandbox" in said[-1], "".join(said)[-3000:]
+        assert bad.wait(timeout=60) is not None, "the retired worker's `dask worker` stops"
+        procs.append(worker("good-host"))
+        rest, _ = coordinator.communicate(timeout=300)
+        assert coordinator.returncode == 0, "".join(said)[-2000:] + rest[-3000:]
         rows = read_summary(tmp_path / "work")
         assert {s: sum(float(r["score"]) for c, r in chs[CHAPTER].items() if c) for s, chs in rows.items()} == EXPECTED
-        from autograder import sandbox
-
         modes = {json.loads(p.read_text())["result"]["sandbox"] for p in (tmp_path / "work" / "results").glob("*/*.json")}
         assert modes == {sandbox.mode()} != {"none"}, "every notebook graded in a sandbox"
-        assert bad.wait(timeout=60) is not None, "the retired worker's `dask worker` has stopped"
     finally:
-        if bad.poll() is None:
-            os.killpg(bad.pid, signal.SIGKILL)
-            bad.wait(timeout=20)
+        for proc in procs + ([coordinator] if coordinator else []):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=20)
 
 
 def test_cuda_jobs_go_only_to_workers_that_advertise_a_gpu(tmp_path, dask_cluster):
