@@ -29,11 +29,11 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-import yaml
 from fontTools.ttLib import TTFont
 from PIL import Image
 
 from conftest import BUILD_DIR, ROOT
+from test_book import toc_files
 from course.figures import MAX_SHRINK, MIN_TEXT_KEY
 
 HTML = BUILD_DIR / "_build" / "html"
@@ -48,20 +48,6 @@ CJK = re.compile("[\u2e80-\u2fdf\u3000-\u303f\u3100-\u312f\u3200-\u33ff\u3400-\u
                  "\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]")
 FONT_FAMILY = "Course CJK"
 FONT = HTML / "_static" / "fonts" / "course-cjk.woff2"
-
-
-def toc_pages() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-
-    def walk(entries):
-        for entry in entries:
-            files.append(entry["file"])
-            walk(entry.get("sections", []))
-
-    for part in toc["parts"]:
-        walk(part["chapters"])
-    return files
 
 
 class Site:
@@ -299,7 +285,7 @@ def check(browser, url: str, served: set[str]) -> dict[str, dict[str, list[str]]
 @needs_browser
 def test_every_page_as_readers_meet_it(site, browser, served_chars):
     server, _ = site
-    pages = [f"{f}.html" for f in toc_pages()] + ["search.html"]
+    pages = [f"{f}.html" for f in toc_files()] + ["search.html"]
     found = []
     for page in pages:
         for width, rules in check(browser, server.url + page, served_chars).items():
