@@ -171,6 +171,24 @@ def expect_equal(actual, expected, what):
         raise CheckFailed(f"{what} is {actual!r}; expected {expected!r}.")
 
 
+def expect_mask(actual, expected, what, mistakes=None):
+    """A boolean mask, compared exactly (dtype bool, shape, every entry); names a known mistake it matches.
+    mistakes: {description of a mistake: the mask that mistake produces on the same input}."""
+    if not isinstance(actual, torch.Tensor):
+        raise CheckFailed(f"{what} should be a torch.Tensor, got {type(actual).__name__}.")
+    if actual.dtype != torch.bool:
+        raise CheckFailed(f"{what} has dtype {actual.dtype}: masks are boolean (dtype=torch.bool, True = may attend). "
+                          "PyTorch ADDS a float mask to the scores, so a mask of 1s and 0s masks nothing.")
+    got = actual.detach().cpu()
+    if tuple(got.shape) == tuple(expected.shape) and torch.equal(got, expected):
+        return
+    for mistake, wrong in (mistakes or {}).items():
+        if tuple(got.shape) == tuple(wrong.shape) and torch.equal(got, wrong):
+            shape = f" (shape {tuple(got.shape)}, expected {tuple(expected.shape)})" if got.shape != expected.shape else ""
+            raise CheckFailed(f"{what} is not right{shape}. It is exactly what you get with this mistake: {mistake}.")
+    expect_equal(actual, expected, what)
+
+
 def expect_same(first, second, what):
     """Two calls with the same generator seed must give the same result (draw with generator=...)."""
     if first != second:

@@ -21,8 +21,13 @@ from pathlib import Path
 
 from nbgrader.plugins import ExportPlugin
 
+from typing import TYPE_CHECKING
+
 from autograder import course
 from autograder.intake import Skipped
+
+if TYPE_CHECKING:  # for annotations only
+    from autograder.worker import Result
 
 # autograder.worker (and so torch) is imported only where needed: `nbgrader export` loads CsvExport from here.
 

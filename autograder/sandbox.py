@@ -87,6 +87,9 @@ def _python_paths() -> list[Path]:
 def command(job_dir: Path, sandbox_mode: str, limits: Limits) -> list[str]:
     python = str(Path(sys.prefix) / "bin" / "python")
     env = {"HOME": "/tmp", "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp", "OMP_NUM_THREADS": "1", "LANG": "C.UTF-8"}
+    # The learner's code uses the same CPU kernels as the reference it is compared with (outside the sandbox).
+    if os.environ.get("ATEN_CPU_CAPABILITY"):
+        env["ATEN_CPU_CAPABILITY"] = os.environ["ATEN_CPU_CAPABILITY"]
     if sandbox_mode == "none":
         return [python, "-I", str(job_dir / "runner.py"), str(job_dir)], env
     args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]

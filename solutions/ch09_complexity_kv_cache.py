@@ -29,7 +29,6 @@ are small next to the matmuls (2 * d_k FLOPs per score).
 from __future__ import annotations
 
 import ctypes
-import math
 import statistics
 import time
 from collections.abc import Callable

@@ -1,9 +1,8 @@
 """The check library's kinds of exercise, each shown to pass the reference and to FAIL on wrong answers:
-functions with plain-value outputs, gradient probes, Fn and Dev arguments, callee isolation, module
-exercises and typed answers. Tiny references are defined here; every run goes through the same
+functions with plain-value outputs, gradient probes, Fn and Dev arguments, callee isolation, dict outputs,
+cases without float dtypes, mistakes named by values, shapes or gradients, module exercises and typed answers. Tiny references are defined here; every run goes through the same
 plan -> runner.run_call -> judge path as grading (in-process, as run_local does)."""
 
-import math
 
 import pytest
 import torch
@@ -139,6 +138,107 @@ def test_callee_mistake_costs_no_points_in_the_caller():
 
     namespace["scale_rows"] = scale_rows
     _fails(NORMALIZED, wrong_caller, "wrong values", namespace=namespace)
+
+
+# --- Dict outputs, dtype-free cases, mistakes named by shape or by gradient ---------------------------
+
+
+def running_stats(x):
+    """Steps of a computation as a dict: the running sum along dim -2 and the running mean."""
+    total = x.cumsum(-2)  # (..., n, d)
+    count = torch.arange(1, x.size(-2) + 1, dtype=x.dtype, device=x.device).unsqueeze(-1)  # (n, 1)
+    return {"total": total, "mean": total / count}
+
+
+def _x_cases_without_gradients(seed):
+    return [Case(c.label, c.args) for c in _x_cases(seed)]
+
+
+STATS = function_check(running_stats, _x_cases_without_gradients, ("total", "mean"), keyed=True,
+                       mistakes={"the mean divides by n at every step": lambda x: {"total": x.cumsum(-2), "mean": x.cumsum(-2) / x.size(-2)}})
+
+
+def test_dict_outputs_are_read_by_key_and_a_missing_key_is_named():
+    run_local(STATS, running_stats, seed=SEED, device="cpu")
+    run_local(STATS, lambda x: {"mean": running_stats(x)["mean"], "total": x.cumsum(-2), "extra": 0}, seed=SEED, device="cpu")
+    _fails(STATS, lambda x: {"total": x.cumsum(-2)}, "should return a dict with the keys total, mean; it returned a dict without mean")
+    _fails(STATS, lambda x: (x.cumsum(-2), x.cumsum(-2)), "it returned a tuple of 2")
+    _fails(STATS, lambda x: {"total": x.cumsum(-2), "mean": x.cumsum(-2) / x.size(-2)}, "(?s)mean of .* wrong values.*"
+           "Likely mistake: the mean divides by n at every step")
+    with pytest.raises(ValueError, match="not supported for a function that returns a dict"):
+        function_check(running_stats, _x_cases, ("total", "mean"), keyed=True).plan(SEED, "cpu")
+
+
+def _triangle_size_cases(seed):
+    return [Case(f"n = {n}", (n,), {"device": Dev()}) for n in (1, 3, 6)]
+
+
+TRIANGLE_ONCE = function_check(lower_triangle, _triangle_size_cases, ("mask",), dtypes=None)
+
+
+def test_cases_without_a_float_dtype_run_once_per_device():
+    calls = TRIANGLE_ONCE.plan(SEED, "cpu")
+    assert [c.label for c in calls] == ["n = 1, device cpu", "n = 3, device cpu", "n = 6, device cpu",
+                                        "n = 1, on device 'meta'", "n = 3, on device 'meta'", "n = 6, on device 'meta'"]
+    assert all(c.dtype is None for c in calls)
+    run_local(TRIANGLE_ONCE, lower_triangle, seed=SEED, device="cpu")
+    _fails(TRIANGLE_ONCE, lambda n, device=None: torch.ones(n, n, dtype=torch.bool).tril(), "device 'meta'")
+    _fails(TRIANGLE_ONCE, lambda n, device=None: torch.ones(n, n, device=device).tril(), "dtype float32, expected torch.bool")
+
+
+def _transposed_mean(x):
+    return cumulative_mean(x).transpose(-1, -2) * 3  # shape (.., d, n), and other values too
+
+
+SHAPED = function_check(cumulative_mean, _x_cases, ("y",), shape_mistakes={"the output is (d, n), not (n, d)": _transposed_mean})
+
+
+def test_a_shape_mistake_is_named_by_the_shape_it_gives_whatever_its_values():
+    run_local(SHAPED, cumulative_mean, seed=SEED, device="cpu")
+    _fails(SHAPED, lambda x: cumulative_mean(x).transpose(-1, -2), r"(?s)shape \(2, 3, 5\), expected \(2, 5, 3\).*Likely mistake: the output is \(d, n\)")
+    _fails(SHAPED, lambda x: cumulative_mean(x)[..., :1], r"shape \(2, 5, 1\), expected \(2, 5, 3\)\.$")
+
+
+def _mean_that_peeks(x):  # right values; output t also depends on x_{t+1} (through a zero): wrong gradients only
+    y = cumulative_mean(x)
+    ahead = torch.cat([x[..., 1:, :], x[..., :1, :]], dim=-2)
+    return y + 0.001 * ahead - 0.001 * ahead.detach()
+
+
+def _mean_of_a_detached_input(x):
+    return cumulative_mean(x.detach())
+
+
+GRADED = function_check(cumulative_mean, _x_cases, ("y",), categories=("values", "gradient"),
+                        gradient_mistakes={"output t reads the next position": _mean_that_peeks,
+                                           "the input is detached": _mean_of_a_detached_input})
+
+
+def test_a_gradient_mistake_is_named_by_the_gradients_it_gives():
+    run_local(GRADED, cumulative_mean, seed=SEED, device="cpu")
+    _fails(GRADED, _mean_that_peeks, "(?s)gradient of .* wrong values.*Likely mistake: output t reads the next position")
+    _fails(GRADED, _mean_of_a_detached_input, "(?s)missing.*Likely mistake: the input is detached")
+
+    def peeks_back(x):  # another wrong gradient (the previous position): no catalogued mistake gives it
+        y = cumulative_mean(x)
+        behind = torch.cat([x[..., -1:, :], x[..., :-1, :]], dim=-2)
+        return y + 0.001 * behind - 0.001 * behind.detach()
+
+    with pytest.raises(AssertionError) as failure:
+        run_local(GRADED, peeks_back, seed=SEED, device="cpu")
+    assert "wrong values" in str(failure.value) and "Likely mistake" not in str(failure.value)
+
+
+def test_values_are_judged_before_gradients_on_every_case():
+    # Wrong gradients on the first case and wrong values on the second: the message is about the values,
+    # whatever order the cases come in (a learner hears about the more basic mistake first).
+    def wrong_on_the_small_case(x):
+        return cumulative_mean(x) + (1.0 if x.dim() == 2 else 0.0)
+
+    def both(x):
+        return _mean_that_peeks(x) if x.dim() == 3 else wrong_on_the_small_case(x)
+
+    _fails(GRADED, both, r"^y of .* on x \(4, 2\).*wrong values")
 
 
 # --- Module exercises -------------------------------------------------------------------------------

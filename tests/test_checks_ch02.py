@@ -187,3 +187,16 @@ def test_calling_torch_sdpa_is_caught_however_it_is_reached():
 
     with pytest.raises(AssertionError, match="F.scaled_dot_product_attention"):
         checks.check_scaled_dot_product_attention(via_alias)
+
+
+def test_expect_mask_passes_the_mask_and_fails_on_dtype_entries_or_a_named_mistake():
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()
+    nbchecks.expect_mask(causal.clone(), causal, "mask")
+    with pytest.raises(nbchecks.CheckFailed, match="masks are boolean"):
+        nbchecks.expect_mask(causal.float(), causal, "mask")
+    with pytest.raises(nbchecks.CheckFailed, match=r"\(shape \(1, 3, 3\), expected \(3, 3\)\).*this mistake: an extra dimension"):
+        nbchecks.expect_mask(causal[None], causal, "mask", mistakes={"an extra dimension": causal[None]})
+    with pytest.raises(nbchecks.CheckFailed, match="this mistake: triu instead of tril"):
+        nbchecks.expect_mask(causal.T.clone(), causal, "mask", mistakes={"triu instead of tril": causal.T})
+    with pytest.raises(nbchecks.CheckFailed, match="3 entries differ"):
+        nbchecks.expect_mask(torch.ones(3, 3, dtype=torch.bool), causal, "mask", mistakes={"triu instead of tril": causal.T})

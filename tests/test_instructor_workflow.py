@@ -21,12 +21,11 @@ from datetime import datetime, timedelta, timezone
 import nbformat
 import pytest
 
-from autograder import course, demo, intake
+from autograder import demo, intake
 from autograder.config import CourseConfigError, load_course_settings, parse_duration
 from autograder.latepenalty import PerDayPenalty
 from autograder.worker import CellScore, Result
 from conftest import ROOT, course_env, run_python
-from test_pipeline import read_summary
 
 CHAPTER = "02-qkv-attention"
 FULL = 13.0

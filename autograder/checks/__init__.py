@@ -363,6 +363,23 @@ def diagnose(call, got, mistakes, dtype, run=None):
     return None
 
 
+def diagnose_shapes(call, got, shape_mistakes, expected, run=None):
+    """Name the first mistake of `shape_mistakes` whose outputs have exactly the learner's (wrong) shapes, or None:
+    for mistakes recognised by the shapes they give, whatever their values (e.g. a time-major output)."""
+    shapes = [getattr(o, "shape", None) for o in got]
+    if shapes == [tuple(e.shape) if isinstance(e, torch.Tensor) else None for e in expected]:
+        return None
+    for description, wrong_fn in shape_mistakes.items():
+        try:
+            with torch.no_grad():
+                wrong = _as_tuple(run(wrong_fn, call) if run else wrong_fn(*call.inputs()[0], **call.inputs()[1]))
+        except Exception:
+            continue
+        if [tuple(w.shape) if isinstance(w, torch.Tensor) else None for w in wrong] == shapes:
+            return description
+    return None
+
+
 def _plain(value):
     """A reported scalar as a Python number (a one-element tensor counts as its value)."""
     if isinstance(value, Returned) and value.values is not None and value.values.numel() == 1:
@@ -373,22 +390,27 @@ def _plain(value):
 # --- Plans: which calls a hidden check makes ------------------------------------------------------
 
 
-def reference_plan(cases_fn, meta=True):
-    """A plan: every case in each dtype on the grading device, then each case once on 'meta' (meta=False:
-    no meta pass, for functions of plain values). Cases with grad_wrt get a gradient probe (not on meta)."""
+def reference_plan(cases_fn, meta=True, dtypes=DTYPES):
+    """A plan: every case in each of `dtypes` on the grading device, then each case once on 'meta' (meta=False:
+    no meta pass, for functions of plain values). dtypes=None: each case once as it is, for inputs with no
+    float dtype to vary (e.g. a mask builder's sizes). Cases with grad_wrt get a gradient probe (not on meta)."""
 
     def plan(seed, device):
         cases = cases_fn(seed)
         calls = []
         for i, c in enumerate(cases):
-            for d in DTYPES:
+            if dtypes is None:
+                calls.append(Call(f"{c.label}, device {device}", c.args, c.kwargs, device, None,
+                                  grad_wrt=c.grad_wrt, grad_seed=seed * 100 + i))
+                continue
+            for d in dtypes:
                 moved = c.to(d)
                 calls.append(Call(f"{c.label}, {str(d).replace('torch.', '')}, device {device}", moved.args, moved.kwargs, device, d,
                                   grad_wrt=c.grad_wrt, grad_seed=seed * 100 + i))
         if meta:
             for c in cases:
-                m = c.to(torch.float32)
-                calls.append(Call(f"{c.label}, on device 'meta'", m.args, m.kwargs, "meta", torch.float32))
+                m = c if dtypes is None else c.to(torch.float32)
+                calls.append(Call(f"{c.label}, on device 'meta'", m.args, m.kwargs, "meta", None if dtypes is None else torch.float32))
         return calls
 
     return plan
@@ -528,10 +550,15 @@ def call_float_rel(call):
     return 1e-6 if call.dtype in (None, torch.float64) else 1e-4
 
 
-def judge_calls(calls, records, function, names, reference_call, mistakes, error_hints, forbidden, run_mistake=None, extra=None, callees=()):
+def judge_calls(calls, records, function, names, reference_call, mistakes, error_hints, forbidden, run_mistake=None, extra=None, callees=(),
+                shape_mistakes=None, gradient_mistakes=None):
     """The shared judging loop: for each call, the reference's outputs (reference_call(call)) and the learner's
     reported ones, compared output by output; gradients too when the call asks for them.
-    extra(call, record, got): a further check of one call (e.g. a module that did not keep its weights)."""
+    extra(call, record, got, expected): a further check of one call (e.g. a module that did not keep its weights).
+    mistakes name wrong values, shape_mistakes wrong shapes, gradient_mistakes wrong gradients (see function_check).
+    Gradients are judged after every call's values: a wrong value is the more basic mistake, and which of the two
+    a learner hears about first must not depend on the machine's last-bit rounding."""
+    with_gradients = []
     for call, record in zip(calls, records, strict=True):
         with torch.no_grad():
             expected = _as_tuple(reference_call(call))
@@ -581,8 +608,10 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
         if len(got) != len(expected):
             raise AssertionError(f"{function} should return {len(expected)} value(s) ({', '.join(names)}), got {len(got)}.")
 
-        def named_mistake(call=call, got=got):
+        def named_mistake(call=call, got=got, expected=expected):
             mistake = diagnose(call, got, mistakes, call.dtype, run_mistake) if mistakes else None
+            if mistake is None and shape_mistakes:
+                mistake = diagnose_shapes(call, got, shape_mistakes, expected, run_mistake)
             return f"\nLikely mistake: {mistake}." if mistake else ""
 
         if extra:
@@ -602,12 +631,29 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
             except AssertionError:
                 raise AssertionError(str(failure) + blame) from None
         if call.grad_wrt:
-            _judge_gradients(call, record, function, reference_call)
+            with_gradients.append((call, record))
+    for call, record in with_gradients:
+        _judge_gradients(call, record, function, reference_call, gradient_mistakes)
 
 
-def _judge_gradients(call, record, function, reference_call):
-    """Compare the reported gradients with the reference's, for the same seeded projection of the outputs."""
+def _judge_gradients(call, record, function, reference_call, gradient_mistakes=None):
+    """Compare the reported gradients with the reference's, for the same seeded projection of the outputs;
+    a wrong gradient that one of `gradient_mistakes` gives exactly is named."""
     expected = expected_gradients(call, reference_call)
+
+    def named_mistake():
+        for description, wrong in (gradient_mistakes or {}).items():
+            try:
+                with torch.enable_grad():
+                    args, kwargs = call.inputs(_functions_of(reference_call))
+                    out = wrong(*args, **kwargs)
+                    theirs = runner._gradients(list(args), list(call.grad_wrt), out, call.grad_seed)
+            except Exception:
+                continue
+            if len(theirs) == len(reported) and all(_gradient_equals(r, t, call.dtype) for r, t in zip(reported, theirs)):
+                return f"\nLikely mistake: {description}."
+        return ""
+
     reported = record.get("grads")
     if not isinstance(reported, list) or len(reported) != len(expected):
         raise AssertionError(f"{function}: its gradients on {call.label} could not be computed (is the output cut off from autograd by .detach(), .item() or torch.tensor(...)?).")
@@ -620,10 +666,24 @@ def _judge_gradients(call, record, function, reference_call):
             raise AssertionError(f"{function}: its gradient on {call.label} could not be read ({exc}).") from None
         where = f"the gradient of {function}'s output with respect to argument {i + 1} on {call.label}"
         if not isinstance(g, Returned) or g.values is None:
-            raise AssertionError(f"{where}: missing: the output does not depend on this input through autograd (a .detach(), .item() or torch.tensor(...) on the way?).")
+            raise AssertionError(f"{where}: missing: the output does not depend on this input through autograd (a .detach(), .item() or torch.tensor(...) on the way?)."
+                                 + named_mistake())
         if g.shape != tuple(e.shape) or not _close(g.values.to(e.dtype), e, call.dtype):
             diff = (g.values.to(e.dtype) - e).abs().max().item() if g.shape == tuple(e.shape) else float("inf")
-            raise AssertionError(f"{where}: wrong values (largest difference {diff:.3g}): the output depends on this input in the wrong way.")
+            raise AssertionError(f"{where}: wrong values (largest difference {diff:.3g}): the output depends on this input in the wrong way."
+                                 + named_mistake())
+
+
+def _gradient_equals(encoded, expected, dtype):
+    """Is a reported gradient (encoded) the same as `expected` (None: no gradient, or an all-zero one)?"""
+    try:
+        got = decode_value(encoded)
+    except Exception:
+        return False
+    if expected is None:
+        return not isinstance(got, Returned) or got.values is None or not got.values.any()
+    return (isinstance(got, Returned) and got.values is not None and got.shape == tuple(expected.shape)
+            and _close(got.values.to(expected.dtype), expected.detach(), dtype))
 
 
 def expected_gradients(call, reference_call):
@@ -640,13 +700,24 @@ def _functions_of(reference_call):
 
 
 def function_check(reference, cases_fn, names, mistakes=None, error_hints=None, forbidden=None, callees=(), meta=True,
-                   categories=None, function=None):
-    """The hidden check of a graded function: cases from `cases_fn(seed)` in float32 and float64 on the
-    grading device (and on meta unless meta=False), each output compared with `reference` on the same inputs.
-    Outputs may be tensors (values, shape, dtype, device), ints and bools (exactly), floats, or tuples of them.
-    callees: names of other graded functions of the notebook that this one calls (graded in isolation)."""
+                   categories=None, function=None, *, dtypes=DTYPES, keyed=False, shape_mistakes=None, gradient_mistakes=None,
+                   extra=None):
+    """The hidden check of a graded function: cases from `cases_fn(seed)` in each of `dtypes` (float32 and
+    float64; None: once as given) on the grading device (and on meta unless meta=False), each output compared
+    with `reference` on the same inputs. Outputs may be tensors (values, shape, dtype, device), ints and bools
+    (exactly), floats, or tuples of them; keyed=True: a dict whose keys are `names` (e.g. the steps of a
+    computation), read in that order (a missing key, or another kind of result, is named as such).
+    callees: names of other graded functions of the notebook that this one calls (graded in isolation).
+    Known mistakes ({description: function with the mistake}) are named in the feedback when the learner's
+    outputs equal theirs: `mistakes` by values, `shape_mistakes` by the (wrong) shapes they give whatever their
+    values, `gradient_mistakes` by their gradients (for cases with grad_wrt).
+    extra(call, record, got, expected): a further check of each call, before the comparison (its own message)."""
     forbidden = forbidden or {}
     functions = vars(sys.modules[reference.__module__])
+    if keyed:
+        reference = in_order(reference, names)
+        mistakes, shape_mistakes, gradient_mistakes = ({d: in_order(f, names) for d, f in (m or {}).items()}
+                                                       for m in (mistakes, shape_mistakes, gradient_mistakes))
 
     def reference_call(call, inputs=None):
         args, kwargs = inputs or call.inputs(functions)
@@ -659,10 +730,67 @@ def function_check(reference, cases_fn, names, mistakes=None, error_hints=None, 
         return wrong(*args, **kwargs)
 
     def judge(calls, records, function=function or reference.__name__):
-        judge_calls(calls, records, function, names, reference_call, mistakes or {}, error_hints or {}, forbidden, run_mistake, callees=tuple(callees))
+        if keyed:
+            records = _keyed_records(records, names, function)
+        judge_calls(calls, records, function, names, reference_call, mistakes or {}, error_hints or {}, forbidden, run_mistake,
+                    extra, callees=tuple(callees), shape_mistakes=shape_mistakes, gradient_mistakes=gradient_mistakes)
 
-    return Check(function or reference.__name__, reference_plan(cases_fn, meta=meta), judge, forbidden, tuple(callees),
+    plan = reference_plan(cases_fn, meta=meta, dtypes=dtypes)
+    if keyed:
+        def plan(seed, device, plan=plan):
+            calls = plan(seed, device)
+            if any(c.grad_wrt for c in calls):
+                raise ValueError(f"{reference.__name__}: gradient probes (grad_wrt) are not supported for a function that returns a dict")
+            return calls
+
+    return Check(function or reference.__name__, plan, judge, forbidden, tuple(callees),
                  categories or (("values", "shape", "dtype", "device") if meta else ("values",)), reference_call)
+
+
+def in_order(fn, names):
+    """fn, with the dict it returns given as a tuple in `names` order (what the judge compares)."""
+
+    def ordered(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return tuple(out[k] for k in names)
+
+    ordered.__name__, ordered.__module__, ordered.__wrapped__ = fn.__name__, fn.__module__, fn
+    return ordered
+
+
+def _kind(encoded):
+    """What a reported result is, in words (for a result that should have been a dict)."""
+    if not isinstance(encoded, dict):
+        return "nothing readable"
+    if "tuple" in encoded:
+        return f"a tuple of {len(encoded['tuple'])}"
+    if "tensor" in encoded:
+        return "a single tensor"
+    if "value" in encoded and encoded["value"] is None:
+        return "None (is the `return` missing?)"
+    return f"a {encoded.get('other') or next(iter(encoded), 'value')}"
+
+
+def _keyed_records(records, names, function):
+    """The records of a function that returns a dict keyed by `names`, with that dict reported as a tuple in
+    `names` order. The first call that ran but returned no such dict fails the check, saying what it returned
+    (unless an earlier call failed in another way: its message comes first)."""
+    ordered = []
+    for record in records:
+        if not isinstance(record, dict) or not record.get("ok") or record.get("forbidden"):
+            ordered.append(record)
+            continue
+        out = record.get("outputs")
+        entries = out.get("dict") if isinstance(out, dict) else None
+        missing = [k for k in names if k not in entries] if isinstance(entries, dict) else None
+        if missing is None or missing:
+            if not any(not isinstance(r, dict) or not r.get("ok") or r.get("forbidden") for r in ordered):
+                got = f"a dict without {', '.join(missing)}" if missing else _kind(out)
+                raise AssertionError(f"{function} should return a dict with the keys {', '.join(names)}; it returned {got}.")
+            ordered.append(record)
+            continue
+        ordered.append({**record, "outputs": {"tuple": [entries[k] for k in names]}})
+    return ordered
 
 
 def reference_judge(reference, names, mistakes=None, error_hints=None, forbidden=None):

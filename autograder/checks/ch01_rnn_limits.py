@@ -13,9 +13,7 @@ import math
 
 import torch
 
-from autograder import runner
-from autograder.checks import (TOLERANCES, Call, Case, Check, Returned, WrongAnswer, composed, decode_value, function_check,
-                               generator, outcome, run_local)
+from autograder.checks import Call, Case, Check, WrongAnswer, function_check, generator, outcome, run_local
 from solutions import ch01_rnn_limits as ref
 
 # --- Known mistakes: rnn_forward --------------------------------------------------------------------
@@ -373,84 +371,16 @@ def _lstm_cases(seed):
     return cases
 
 
-def _explaining_shapes(check, shape_mistakes):
-    """Wrap a check's judge: a wrong shape is named when a catalogued shape mistake gives exactly that shape."""
-    judge = check.judge
-
-    def explained(calls, records, function=check.function):
-        try:
-            judge(calls, records, function=function)
-        except AssertionError as failure:
-            text = str(failure)
-            if ": shape (" not in text or "Likely mistake" in text:
-                raise
-            for call, record in zip(calls, records):
-                if call.device == "meta" or not isinstance(record, dict) or not record.get("ok"):
-                    continue
-                got = outcome(record, function, call.label, {}, {})
-                shapes = [getattr(o, "shape", None) for o in got]
-                args, kwargs = call.inputs()
-                for description, wrong in shape_mistakes.items():
-                    out = wrong(*args, **kwargs)
-                    out = out if isinstance(out, tuple) else (out,)
-                    if [tuple(o.shape) for o in out] == shapes:
-                        raise AssertionError(f"{text}\nLikely mistake: {description}.") from None
-                break
-            raise
-
-    check.judge = explained
-    return check
-
-
-def _explaining_gradients(check, gradient_mistakes):
-    """Wrap a check's judge: a wrong gradient is named when a catalogued mistake gives exactly those gradients."""
-    judge = check.judge
-
-    def explained(calls, records, function=check.function):
-        try:
-            judge(calls, records, function=function)
-        except AssertionError as failure:
-            text = str(failure)
-            if "the gradient" not in text and "gradients" not in text or "Likely mistake" in text:
-                raise
-            for call, record in zip(calls, records):
-                if not call.grad_wrt or call.label not in text or not isinstance(record, dict):
-                    continue
-                reported = record.get("grads") or []
-                for description, wrong in gradient_mistakes.items():
-                    with torch.enable_grad():
-                        args, kwargs = call.inputs()
-                        out = wrong(*args, **kwargs)
-                        expected = runner._gradients(list(args), list(call.grad_wrt), out, call.grad_seed)
-                    if len(reported) == len(expected) and all(_grad_matches(r, e, call.dtype) for r, e in zip(reported, expected)):
-                        raise AssertionError(f"{text}\nLikely mistake: {description}.") from None
-                break
-            raise
-
-    check.judge = explained
-    return check
-
-
-def _grad_matches(encoded, expected, dtype):
-    try:
-        got = decode_value(encoded)
-    except Exception:
-        return False
-    if expected is None:
-        return not isinstance(got, Returned) or got.values is None or not got.values.any()
-    return isinstance(got, Returned) and got.values is not None and got.shape == tuple(expected.shape) and torch.allclose(
-        got.values.to(expected.dtype), expected.detach(), **TOLERANCES[dtype])
-
-
 CHECKS = {
-    "rnn_forward_hidden": _explaining_gradients(_explaining_shapes(function_check(
+    "rnn_forward_hidden": function_check(
         ref.rnn_forward, _rnn_cases, ("outputs", "h_T"), {**RNN_MISTAKES, **RNN_LARGE_MISTAKES},
         RNN_ERROR_HINTS, FORBIDDEN, categories=("values", "shape", "dtype", "device", "large", "gradient"),
-    ), RNN_SHAPE_MISTAKES), RNN_GRADIENT_MISTAKES),
-    "grad_norms_wrt_inputs_hidden": _explaining_shapes(function_check(
+        shape_mistakes=RNN_SHAPE_MISTAKES, gradient_mistakes=RNN_GRADIENT_MISTAKES,
+    ),
+    "grad_norms_wrt_inputs_hidden": function_check(
         ref.grad_norms_wrt_inputs, _grad_norm_cases, ("norms",), GRAD_MISTAKES, GRAD_ERROR_HINTS, FORBIDDEN,
-        callees=("rnn_forward",),
-    ), GRAD_SHAPE_MISTAKES),
+        callees=("rnn_forward",), shape_mistakes=GRAD_SHAPE_MISTAKES,
+    ),
     "path_length_hidden": Check("path_length", _path_plan, _path_judge, {}, (), ("values",)),
     "lstm_cell_step_hidden": function_check(
         ref.lstm_cell_step, _lstm_cases, ("h_new", "c_new"), {**LSTM_MISTAKES, **LSTM_LARGE_MISTAKES}, LSTM_ERROR_HINTS,

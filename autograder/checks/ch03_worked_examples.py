@@ -14,7 +14,6 @@
   exercises ask the learner not to call.
 """
 
-import dataclasses
 import inspect
 import math
 
@@ -372,55 +371,10 @@ FORBIDDEN = {
     "_native_multi_head_attention": "nn.MultiheadAttention",
 }
 
-def _in_order(fn, names):
-    """fn, with its dict of steps returned as a tuple in `names` order (what the library's judge compares)."""
-
-    def ordered(*args, **kwargs):
-        out = fn(*args, **kwargs)
-        return tuple(out[k] for k in names)
-
-    ordered.__name__, ordered.__module__, ordered.__wrapped__ = fn.__name__, fn.__module__, fn
-    return ordered
-
-
-def _kind(encoded):
-    if not isinstance(encoded, dict):
-        return "nothing readable"
-    if "tuple" in encoded:
-        return f"a tuple of {len(encoded['tuple'])}"
-    if "tensor" in encoded:
-        return "a single tensor"
-    if "value" in encoded and encoded["value"] is None:
-        return "None (is the `return` missing?)"
-    return f"a {encoded.get('other') or next(iter(encoded), 'value')}"
-
-
-def steps_check(reference, cases_fn, names, mistakes, error_hints, callees=(), categories=("values", "shape", "dtype", "device", "large")):
-    """function_check for a function that returns a dict of named steps: the learner's dict is read in
-    `names` order (a missing key or another type of result is named as such), then judged as a tuple."""
-    check = function_check(_in_order(reference, names), cases_fn, names, {d: _in_order(f, names) for d, f in mistakes.items()},
-                           error_hints, FORBIDDEN, callees=callees, categories=categories, function=reference.__name__)
-    inner = check.judge
-
-    def judge(calls, records, function=reference.__name__):
-        ordered = []
-        for record in records:
-            if not isinstance(record, dict) or not record.get("ok") or record.get("forbidden"):
-                ordered.append(record)
-                continue
-            out = record.get("outputs")
-            steps = out.get("dict") if isinstance(out, dict) else None
-            missing = [k for k in names if k not in steps] if isinstance(steps, dict) else None
-            if missing is None or missing:
-                if not any(not isinstance(r, dict) or not r.get("ok") or r.get("forbidden") for r in ordered):
-                    got = f"a dict without {', '.join(missing)}" if missing else _kind(out)
-                    raise AssertionError(f"{function} should return a dict with the keys {', '.join(names)} (one tensor per step); it returned {got}.")
-                ordered.append(record)
-                continue
-            ordered.append({**record, "outputs": {"tuple": [steps[k] for k in names]}})
-        inner(calls, ordered, function=function)
-
-    return dataclasses.replace(check, judge=judge)
+def steps_check(reference, cases_fn, names, mistakes, error_hints, callees=()):
+    """The hidden check of a function that returns its steps as a dict keyed by `names`."""
+    return function_check(reference, cases_fn, names, mistakes, error_hints, FORBIDDEN, callees=callees, keyed=True,
+                          categories=("values", "shape", "dtype", "device", "large"))
 
 
 CHECKS = {

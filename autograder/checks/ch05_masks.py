@@ -20,7 +20,6 @@ import math
 import torch
 
 from autograder.checks import (
-    DTYPES,
     Call,
     Case,
     Check,
@@ -31,7 +30,6 @@ from autograder.checks import (
     explain_error,
     function_check,
     generator,
-    judge_calls,
     run_local,
 )
 from solutions import ch05_masks as ref
@@ -227,33 +225,10 @@ def _bool_outputs(function):
     return extra
 
 
-def _mask_check(reference, cases_fn, mistakes, error_hints, plain=False, categories=("values", "shape", "dtype", "device")):
-    """A hidden check of a mask builder: each case once on the grading device (no float dtypes to vary; `Dev()`
-    arguments become that device), then once on 'meta'. plain=True: cases without tensors or Dev() (no meta pass)."""
-    name = reference.__name__
-    functions = vars(ref)
-
-    def plan(seed, device):
-        cases = cases_fn(seed)
-        calls = [Call(f"{c.label}, device {device}", c.args, c.kwargs, device, None) for c in cases]
-        if not plain:
-            calls += [Call(f"{c.label}, on device 'meta'", c.args, c.kwargs, "meta", None) for c in cases]
-        return calls
-
-    def reference_call(call, inputs=None):
-        args, kwargs = inputs or call.inputs(functions)
-        return reference(*args, **kwargs)
-
-    reference_call.__module__ = ref.__name__
-
-    def run_mistake(wrong, call):
-        args, kwargs = call.inputs(functions)
-        return wrong(*args, **kwargs)
-
-    def judge(calls, records, function=name):
-        judge_calls(calls, records, function, ("mask",), reference_call, mistakes, error_hints, {}, run_mistake, _bool_outputs(function))
-
-    return Check(name, plan, judge, {}, (), categories, reference_call)
+def _mask_check(reference, cases_fn, mistakes, error_hints):
+    """A hidden check of a mask builder: each case once on the grading device (no float dtype to vary; `Dev()`
+    arguments become that device), then once on 'meta'; a mask that is not boolean gets its own message."""
+    return function_check(reference, cases_fn, ("mask",), mistakes, error_hints, dtypes=None, extra=_bool_outputs(reference.__name__))
 
 
 def _causal_cases(seed):
