@@ -3,7 +3,6 @@ right diagnosis, on every catalogued mistake; callers are graded apart from thei
 of the generated notebook pass the reference and catch every catalogued wrong answer marked visible."""
 
 import math
-import time
 
 import nbformat
 import pytest
@@ -273,12 +272,11 @@ def run_visible(namespace, function):
     return None
 
 
-def test_visible_checks_pass_the_reference_quickly():
+def test_visible_checks_pass_the_reference():
+    # (How long they take is measured by scripts/time_visible_checks.py, not asserted here.)
     namespace = notebook_namespace()
-    start = time.perf_counter()
     for function in CHECK_OF:
         assert run_visible(namespace, function) is None, f"the visible check of {function} fails on the reference"
-    assert time.perf_counter() - start < 2.0, "the visible checks must run in under 2 s on CPU"
 
 
 @pytest.mark.usefixtures("grading_env")

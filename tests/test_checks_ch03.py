@@ -12,7 +12,6 @@ import itertools
 import json
 import math
 import re
-import time
 
 import nbformat
 import numpy as np
@@ -271,20 +270,17 @@ def test_wrong_answers_apply_and_cover_every_graded_category_visibly():
 
 
 def run_notebook(nb):
-    """Run every code cell in order, as a learner would; return ({grade id: error}, seconds in visible checks)."""
-    ns, failures, seconds = {"__name__": "__main__"}, {}, 0.0
+    """Run every code cell in order, as a learner would; return ({grade id: error}, the namespace)."""
+    ns, failures = {"__name__": "__main__"}, {}
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
         gid = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-        start = time.perf_counter()
         try:
             exec(compile(cell.source, f"<cell {gid}>", "exec"), ns)
         except Exception as exc:
             failures[gid] = f"{type(exc).__name__}: {exc}"
-        if gid.endswith("_visible"):
-            seconds += time.perf_counter() - start
-    return failures, seconds
+    return failures, ns
 
 
 @pytest.fixture(scope="module")
@@ -292,10 +288,10 @@ def reference_run():
     return run_notebook(demo.filled_submission(CHAPTER))
 
 
-def test_the_reference_passes_every_visible_check_in_under_two_seconds(reference_run):
-    failures, seconds = reference_run
+def test_the_reference_passes_every_visible_check(reference_run):
+    # (How long they take is measured by scripts/time_visible_checks.py, not asserted here.)
+    failures, _ = reference_run
     assert not failures, failures
-    assert seconds < 2.0, f"the visible checks took {seconds:.2f} s"
 
 
 @pytest.mark.filterwarnings("ignore:The use of `x.T`")  # steps_k_dot_t

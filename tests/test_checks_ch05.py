@@ -8,7 +8,6 @@ exercise with its diagnosis, and be caught by its visible check too; every valid
 
 import functools
 import inspect
-import time
 
 import nbformat
 import pytest
@@ -151,16 +150,14 @@ def hidden_in(ns, function):
     run_local(checks.CHECKS[f"{function}_hidden"], ns[function], namespace=ns)
 
 
-def test_visible_checks_pass_the_reference_and_are_fast(capsys):
+def test_visible_checks_pass_the_reference(capsys):
+    # (How long they take is measured by scripts/time_visible_checks.py, not asserted here.)
     ns = learner_namespace()
-    start = time.perf_counter()
     for function in FUNCTIONS:
         run_visible(function, ns)
-    elapsed = time.perf_counter() - start
     out = capsys.readouterr().out
     assert all(f"{f}: visible checks passed" in out for f in FUNCTIONS), out
     assert "No future leakage" in out
-    assert elapsed < 2.0, f"the visible checks took {elapsed:.2f} s"
 
 
 @pytest.mark.usefixtures("grading_env")
