@@ -42,6 +42,8 @@ def main(argv=None):
     g.add_argument("--workers", type=int, default=None, help="notebooks graded at once (default: all cores)")
     g.add_argument("--notebook-timeout", type=int, default=None, help="seconds a whole notebook may run (default 120)")
     g.add_argument("--memory-mb", type=int, default=None, help="address-space limit of a learner's process in MiB (default 4096; none on cuda)")
+    g.add_argument("--notebook-memory-mb", type=int, default=None,
+                   help="memory of all of a notebook's processes together in MiB, where the host allows a memory cgroup (default 4096; 16384 on cuda)")
     g.add_argument("--course-config", type=Path, default=None,
                    help="due dates, extensions and late penalty (TOML; default: <workdir>/course.toml, or the file an earlier run used)")
     g.add_argument("--restart", action="store_true", help="ignore the results of an earlier (interrupted) run in this workdir and grade everything again")
@@ -85,7 +87,8 @@ def main(argv=None):
             outcome = grade(
                 args.submissions, args.workdir, seed=args.seed, device=args.device, cell_timeout=args.cell_timeout,
                 workers=args.workers, allow_unsandboxed=args.allow_unsandboxed, restart=args.restart,
-                memory_mb=args.memory_mb, notebook_timeout=args.notebook_timeout, only=args.only, chapters=args.chapter,
+                memory_mb=args.memory_mb, notebook_memory_mb=args.notebook_memory_mb, notebook_timeout=args.notebook_timeout,
+                only=args.only, chapters=args.chapter,
                 course_config=args.course_config, db=args.db, scheduler=args.scheduler,
             )
             return outcome.exit_status

@@ -191,7 +191,7 @@ def _select(subs, skipped, only, chapters):
 
 def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout=CELL_TIMEOUT_S, workers=None,
           allow_unsandboxed=False, restart=False, memory_mb=None, notebook_timeout=None, only=None, chapters=None,
-          course_config=None, db=None, scheduler=None, out=sys.stdout) -> Outcome:
+          course_config=None, db=None, scheduler=None, out=sys.stdout, notebook_memory_mb=None) -> Outcome:
     _quiet_nbgrader()
     submissions, workdir = Path(submissions).resolve(), Path(workdir).resolve()
     if not submissions.is_dir():
@@ -244,6 +244,9 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
         limits.memory_bytes = memory_mb * 2**20
     if device.startswith("cuda"):
         limits.memory_bytes = 0  # CUDA reserves a huge address space; rely on the GPU's own memory limit
+        limits.group_memory_bytes = 16 * 2**30  # the CUDA context's host memory, beside the notebook's own
+    if notebook_memory_mb:
+        limits.group_memory_bytes = notebook_memory_mb * 2**20
     if scheduler:
         if workers:
             print(f"note: --workers is ignored with --scheduler: the workers of {scheduler} grade (`dask worker --nworkers`).", file=out)
@@ -255,6 +258,8 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
     print(f"Grading {len(selected)} submission(s) from {submissions}; seed {seed}; device {device}; "
           f"{f'{workers} worker(s)' if workers else f'the workers of {scheduler}'}; sandbox: {mode}; workdir {workdir}{problems}", file=out, flush=True)
     print(f"Using {settings_file.describe()}; gradebook {gradebook_db.describe(db_url)}.", file=out)
+    if mode != "none":
+        print(f"Memory: {sandbox.describe_memory(limits)}{' (on this host; each worker host uses its own)' if scheduler else ''}.", file=out)
 
     api = nbgrader_api(workdir, cell_timeout, settings_file, db_url)
     graded_chapters = sorted({s.chapter for s in selected})
@@ -330,7 +335,7 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
     graded_now = len(results) - len(done)
     rows = rebuild_reports(workdir, api, unsaved, dict(
         seed=seed, device=device, sandbox=mode, workers=workers, scheduler=scheduler or "embedded", gradebook=gradebook_db.describe(db_url), notebooks=len(outcome), graded_now=graded_now, seconds=elapsed,
-        limits=vars(limits), course_config=str(settings_file.path or ""), selection={"only": sorted(only or []), "chapters": sorted(chapters or [])},
+        limits=vars(limits), memory=sandbox.describe_memory(limits) if mode != "none" else "", course_config=str(settings_file.path or ""), selection={"only": sorted(only or []), "chapters": sorted(chapters or [])},
         this_run={"graded": sum(r.status == "graded" for r in outcome), "not_graded": [f"{r.student}/{r.chapter}: {r.status}" for r in outcome if r.status != "graded"],
                   "skipped": [k.to_json() for k in selected_skipped], "ignored": ignored, "not_selected": len(subs) - len(selected)},
     ), out)

@@ -7,6 +7,9 @@ What the sandboxed process gets (see README, "Grading safely"):
 - no network (a new, empty network namespace), its own PID, IPC and UTS namespaces, a new session;
 - when the grader runs as root: an unprivileged uid of its own per worker, so a process limit holds;
 - rlimits: address space (memory), processes (fork bombs), file size, CPU time, no core dumps;
+- a memory cgroup of its own where the host allows one (cgroup v1's memory controller, or v2 with memory
+  delegated to the grader's cgroup): all its processes together stay under one memory limit, so a notebook
+  that forks and fills memory in every process is stopped by the kernel inside its group;
 - a watchdog in the grading process: a per-cell and a per-notebook wall-clock limit, and a cap on what
   the process may report; past any of them the whole sandbox (its PID namespace) is killed.
 
@@ -14,6 +17,7 @@ Without bubblewrap the grader refuses to run learner code unless told `--allow-u
 says so loudly in its output, the summary and last_run.json.
 """
 
+import itertools
 import json
 import os
 import queue
@@ -42,6 +46,7 @@ class Limits:
     cell_seconds: float = 30.0
     notebook_seconds: float = 120.0
     memory_bytes: int = 4 * 2**30  # address space; CUDA needs far more, so it is lifted for cuda grading
+    group_memory_bytes: int = 4 * 2**30  # all the notebook's processes together (memory cgroup, where available)
     report_bytes: int = 32 * 2**20  # what the runner may send back
     processes: int = 256
     file_bytes: int = 64 * 2**20
@@ -55,6 +60,153 @@ class Outcome:
     cell: int | None = None  # the cell that was running when the run stopped early
     detail: str = ""
     seconds: float = 0.0
+    oom_kills: int = 0  # processes the kernel stopped because the notebook's memory group was full
+
+
+# --- A memory cgroup per sandbox ---------------------------------------------------------------------
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_group_numbers = itertools.count()
+
+
+def _own_cgroup(version: int) -> str | None:
+    """This process's cgroup path in the v2 hierarchy (version 2) or in v1's memory hierarchy (version 1)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        number, controllers, path = line.split(":", 2)
+        if (version == 2 and number == "0" and controllers == "") or (version == 1 and "memory" in controllers.split(",")):
+            return path
+    return None
+
+
+def memory_group_parent() -> tuple[int, Path] | None:
+    """(cgroup version, folder) under which a sandbox's memory group can be made, or None.
+
+    v1: the memory controller's hierarchy, below this process's own memory cgroup (so the groups are counted
+    in it). v2: this process's own cgroup, if memory is delegated to its children (cgroup.subtree_control
+    lists it; e.g. a systemd unit with Delegate=yes whose grader runs in a leaf of its own). Either way the
+    folder must be writable (root, or a delegated subtree). COURSE_MEMORY_GROUPS=off turns groups off."""
+    if os.environ.get("COURSE_MEMORY_GROUPS") == "off":
+        return None
+    v1 = CGROUP_ROOT / "memory"
+    own = _own_cgroup(1)
+    if own is not None and (v1 / "memory.limit_in_bytes").exists():
+        folder = v1 / own.lstrip("/")
+        if (folder / "memory.limit_in_bytes").exists() and os.access(folder, os.W_OK):
+            return 1, folder
+    for root in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
+        own = _own_cgroup(2)
+        folder = root / (own or "").lstrip("/")
+        try:
+            delegated = "memory" in (folder / "cgroup.subtree_control").read_text().split()
+        except OSError:
+            continue
+        if own is not None and delegated and os.access(folder, os.W_OK):
+            return 2, folder
+    return None
+
+
+class MemoryGroup:
+    """A memory cgroup for one run of the sandbox: the sandbox and every process it starts join it, and
+    their memory together stays under `limit` bytes (no swap around it); past it, the kernel's OOM killer
+    stops one of them, inside the group. Made where `memory_group_parent()` finds a place; elsewhere
+    `path` is None and only the per-process address-space limit holds."""
+
+    def __init__(self, limit: int):
+        self.limit, self.version, self.path = limit, None, None
+        parent = memory_group_parent() if limit else None
+        if parent is None:
+            return
+        version, folder = parent
+        _remove_orphans(folder)
+        path = folder / f"course-sandbox-{os.getpid()}-{threading.get_native_id()}-{next(_group_numbers)}"
+        try:
+            path.mkdir()
+        except OSError:
+            return
+        self.version, self.path = version, path
+        try:
+            if version == 1:
+                (path / "memory.limit_in_bytes").write_text(str(limit))
+                if (path / "memory.memsw.limit_in_bytes").exists():
+                    (path / "memory.memsw.limit_in_bytes").write_text(str(limit))
+            else:
+                (path / "memory.max").write_text(str(limit))
+                if (path / "memory.swap.max").exists():
+                    (path / "memory.swap.max").write_text("0")
+        except OSError:
+            self.close()
+
+    def join(self) -> None:
+        """Move the calling process into the group (called in the sandbox's process before it starts)."""
+        if self.path is not None:
+            fd = os.open(self.path / "cgroup.procs", os.O_WRONLY)
+            try:
+                os.write(fd, str(os.getpid()).encode())
+            finally:
+                os.close(fd)
+
+    def oom_kills(self) -> int:
+        """How many of the group's processes the kernel stopped for lack of memory."""
+        if self.path is None:
+            return 0
+        name = "memory.oom_control" if self.version == 1 else "memory.events"
+        try:
+            for line in (self.path / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def close(self) -> None:
+        """Stop whatever still runs in the group and remove it (bounded: about 10 s at most)."""
+        if self.path is None:
+            return
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            except OSError:
+                pids = []
+            for pid in pids:
+                try:
+                    os.kill(pid, 9)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                self.path.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.05)
+        self.path = None
+
+
+def _remove_orphans(folder: Path) -> None:
+    """Remove the empty groups left by grading processes that were killed before they could (their process,
+    named in the group's name, is gone)."""
+    for path in folder.glob("course-sandbox-*-*-*"):
+        pid = path.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            try:
+                path.rmdir()
+            except OSError:
+                pass  # processes still in it, or removed meanwhile by another worker
+
+
+def describe_memory(limits: "Limits") -> str:
+    """The memory limits a run will have, in words (for the grading run's first lines)."""
+    per_process = f"{limits.memory_bytes / 2**30:g} GiB of address space per process" if limits.memory_bytes else "no address-space limit"
+    parent = memory_group_parent() if limits.group_memory_bytes else None
+    if parent is None:
+        return f"{per_process}; no memory cgroup on this host, so not bounded for the notebook's processes together"
+    return f"{limits.group_memory_bytes / 2**30:g} GiB for each notebook's processes together (cgroup v{parent[0]}), {per_process}"
 
 
 def mode() -> str:
@@ -120,8 +272,10 @@ def command(job_dir: Path, sandbox_mode: str, limits: Limits) -> list[str]:
     return args, {}
 
 
-def _set_limits(limits: Limits, sandbox_mode: str):
+def _set_limits(limits: Limits, sandbox_mode: str, group: MemoryGroup | None = None):
     def apply():
+        if group is not None:
+            group.join()
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if limits.memory_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
@@ -136,10 +290,18 @@ def _set_limits(limits: Limits, sandbox_mode: str):
 def run(job_dir: Path, sandbox_mode: str, limits: Limits) -> Outcome:
     """Run the runner on a job folder under the watchdog; every record it sent comes back, whatever happens."""
     argv, env = command(job_dir, sandbox_mode, limits)
+    group = MemoryGroup(limits.group_memory_bytes)
+    try:
+        return _run(argv, env, sandbox_mode, limits, group)
+    finally:
+        group.close()
+
+
+def _run(argv, env, sandbox_mode, limits, group) -> Outcome:
     start = time.perf_counter()
     proc = subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        env=env or None, start_new_session=True, preexec_fn=_set_limits(limits, sandbox_mode),
+        env=env or None, start_new_session=True, preexec_fn=_set_limits(limits, sandbox_mode, group),
     )
     lines: queue.Queue = queue.Queue()
 
@@ -187,9 +349,13 @@ def run(job_dir: Path, sandbox_mode: str, limits: Limits) -> Outcome:
             break
     _kill(proc)
     code = proc.wait()
+    oom_kills = group.oom_kills()
     if status == "died":
         detail = _death(code)
-    return Outcome(records, status, running if status != "finished" else None, detail, time.perf_counter() - start)
+        if oom_kills:
+            detail = (f"the notebook's processes together went over their memory limit ({group.limit / 2**30:g} GiB) "
+                      "and the code's process was stopped")
+    return Outcome(records, status, running if status != "finished" else None, detail, time.perf_counter() - start, oom_kills)
 
 
 def _kill(proc):

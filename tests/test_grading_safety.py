@@ -218,13 +218,32 @@ def bad_input_corpus(tmp_path):
         "segfault": (with_cell(ref(), "dot_product_variance", lambda s: "import ctypes\nctypes.string_at(0)\n" + s), (FULL - 2, "SIGSEGV")),
         "infinite-loop": (with_cell(ref(), "dot_product_variance", lambda s: s.replace('    """', loop_src + '    """', 1) + "\ndot_product_variance(4, 10, None)\n"), (FULL - 2, "time limit")),
         "loop-catching-interrupts": (with_cell(ref(), "self_attention", lambda s: "import time\n" + s + "\nwhile True:\n    try:\n        time.sleep(10)\n    except BaseException:\n        pass\n"), (FULL - 3, "time limit")),
-        "memory-bomb": (with_cell(ref(), "dot_product_variance", lambda s: "hog = []\nwhile True:\n    hog.append(bytearray(2**26))\n" + s), (FULL - 2, ("MemoryError", "time limit"))),  # which comes first depends on the machine
+        "memory-bomb": (with_cell(ref(), "dot_product_variance", lambda s: "hog = []\nwhile True:\n    hog.append(bytearray(2**26))\n" + s), (FULL - 2, ("MemoryError", "time limit", "memory limit"))),  # which comes first depends on the machine
         "torch-memory-bomb": (with_cell(ref(), "dot_product_variance", lambda s: "import torch\nhuge = torch.empty(2**40)\n" + s), (FULL - 2, "")),
         "output-flood": (add_cell(ref(), "for i in range(10**6):\n    print('flood' * 20)", after="self_attention"), (FULL, "")),
         "fd-flood": (add_cell(ref(), "import os\nfor i in range(10**5):\n    os.write(1, b'x' * 10000)\n    os.write(2, b'y' * 10000)", after="self_attention"), (FULL, "")),
         "fork-bomb": (add_cell(ref(), "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", after="self_attention"), (FULL, "time limit")),
         "sys-exit": (with_cell(ref(), "dot_product_variance", lambda s: "raise SystemExit(0)\n" + s), (FULL - 2, "")),
+        **({"fork-and-fill": (add_cell(ref(), FORK_AND_FILL, after="self_attention"), (FULL, "went over their memory limit"))}
+           if sandbox.memory_group_parent() else {}),  # without a memory cgroup it would fill the host's memory
     }, stubborn_loop
+
+
+# An added cell that starts 3 processes filling 1 GiB each: under the per-process address-space limit (4 GiB),
+# over what the notebook's processes may use together in this batch (--notebook-memory-mb 2048). The kernel
+# stops some of them; the notebook goes on.
+FORK_AND_FILL = """import os, time
+children = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        block = b"x" * 2**30  # written, so resident
+        time.sleep(1)
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
+"""
 
 
 def write_submission(root, student, content):
@@ -255,7 +274,7 @@ def batch(tmp_path_factory, listener):
         write_submission(root, student, content)
     start = time.perf_counter()
     result = run_python("-m", "autograder", "grade", str(root), "--workdir", str(workdir), "--device", "cpu", "--seed", "11",
-                        "--cell-timeout", "8", "--workers", "2", timeout=1500)
+                        "--cell-timeout", "8", "--workers", "2", "--notebook-memory-mb", "2048", timeout=1500)
     elapsed = time.perf_counter() - start
     return dict(workdir=workdir, rows=read_summary(workdir), result=result, cheats=cheats, bad=bad, connections=connections, seconds=elapsed,
                 finished=time.time())
@@ -335,9 +354,11 @@ def test_feedback_does_not_leak_the_hidden_checks(batch):
     "good", "malformed-json", "empty-file", "binary-garbage", "json-not-notebook", "nbformat-3", "symlink",
     "renamed-cell-id", "no-nbgrader-metadata", "deleted-test-cells", "missing-solution-cell", "kernel-death", "segfault",
     "infinite-loop", "loop-catching-interrupts", "memory-bomb", "torch-memory-bomb", "output-flood", "fd-flood", "fork-bomb",
-    "sys-exit",
+    "sys-exit", "fork-and-fill",
 ])
 def test_bad_input_gets_a_clear_result(batch, student):
+    if student not in batch["bad"]:
+        pytest.skip(f"{student}: no memory cgroup can be made on this host (root with cgroup v1's memory controller, or v2 memory delegated)")
     rows = batch["rows"]
     _, (expected, fragment) = batch["bad"][student]
     got = score(rows, student)
@@ -359,6 +380,50 @@ def test_sandboxed_processes_are_all_gone(batch):
     while leftover() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not leftover(), f"processes of sandbox users survive the batch: {leftover()}"
+
+
+def _fill_in_children(group, children, mib):
+    """Start `children` processes in the group, each writing `mib` MiB; how many of them were stopped."""
+    code = (f"import os, time\npids = []\nfor _ in range({children}):\n    pid = os.fork()\n    if pid == 0:\n"
+            f"        block = b'x' * ({mib} * 2**20)\n        time.sleep(1)\n        os._exit(0)\n    pids.append(pid)\n"
+            "print(sum(os.waitpid(p, 0)[1] != 0 for p in pids))")
+    proc = subprocess.run([sys.executable, "-c", code], preexec_fn=group.join, capture_output=True, text=True, timeout=120)
+    return int(proc.stdout.strip())
+
+
+def test_a_memory_group_bounds_the_processes_of_a_notebook_together():
+    if sandbox.memory_group_parent() is None:
+        pytest.skip("no memory cgroup can be made on this host (root with cgroup v1's memory controller, or v2 memory delegated)")
+    small, large = sandbox.MemoryGroup(256 * 2**20), sandbox.MemoryGroup(1024 * 2**20)
+    paths = [small.path, large.path]
+    try:
+        assert _fill_in_children(small, 4, 100) >= 1, "4 x 100 MiB in a 256 MiB group: the kernel must stop some"
+        assert small.oom_kills() >= 1
+        assert _fill_in_children(large, 4, 100) == 0, "4 x 100 MiB in a 1 GiB group: nothing to stop"
+        assert large.oom_kills() == 0
+    finally:
+        small.close()
+        large.close()
+    assert not any(p.exists() for p in paths), "the groups are removed after the run"
+
+
+def test_a_memory_group_left_by_a_killed_grader_is_removed_by_the_next_one():
+    parent = sandbox.memory_group_parent()
+    if parent is None:
+        pytest.skip("no memory cgroup can be made on this host (root with cgroup v1's memory controller, or v2 memory delegated)")
+    dead = 4_000_000 + next(pid for pid in range(190_000) if not os.path.exists(f"/proc/{4_000_000 + pid}"))
+    orphan, ours = parent[1] / f"course-sandbox-{dead}-{dead}-0", parent[1] / f"course-sandbox-{os.getpid()}-1-999999"
+    orphan.mkdir()
+    ours.mkdir()  # a group of a grading process that still runs (this one) stays
+    try:
+        group = sandbox.MemoryGroup(256 * 2**20)
+        group.close()
+        assert not orphan.exists(), "the orphan of a process that is gone is removed"
+        assert ours.exists(), "a live process's group is left alone"
+    finally:
+        for path in (orphan, ours):
+            if path.exists():
+                path.rmdir()
 
 
 def _grade_demo(workdir, workers, seed="5"):
