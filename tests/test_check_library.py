@@ -241,6 +241,37 @@ def test_values_are_judged_before_gradients_on_every_case():
     _fails(GRADED, both, r"^y of .* on x \(4, 2\).*wrong values")
 
 
+def last_rows(x, n):
+    """The last n rows of x (..., m, d); n > m is invalid."""
+    if n > x.size(-2):
+        raise ValueError(f"asked for {n} rows of {x.size(-2)}")
+    return x[..., x.size(-2) - n:, :]
+
+
+def _rows_cases(seed):
+    x = torch.rand(2, 5, 3, generator=checks.generator(seed, 4))
+    return [Case("x (2, 5, 3), n = 2", (x, 2)), Case("x (2, 5, 3), n = 5", (x, 5)),
+            Case("x (2, 5, 3), n = 7", (x, 7), raises=ValueError, why="7 rows cannot be taken from 5")]
+
+
+ROWS = function_check(last_rows, _rows_cases, ("rows",))
+
+
+def test_a_case_that_must_raise_is_called_once_after_the_others_and_fails_a_function_that_does_not():
+    labels = [c.label for c in ROWS.plan(SEED, "cpu")]
+    assert labels[-1] == "x (2, 5, 3), n = 7, device cpu" and len(labels) == 2 * 2 + 2 + 1, labels
+    run_local(ROWS, last_rows, seed=SEED, device="cpu")
+    _fails(ROWS, lambda x, n: x[..., x.size(-2) - n:, :] if n <= x.size(-2) else x,
+           r"n = 7, device cpu should raise ValueError: 7 rows cannot be taken from 5\. It returned a result instead")
+    _fails(ROWS, lambda x, n: x[..., x.size(-2) - n:, :] if n <= x.size(-2) else x[n], "IndexError.*It should raise ValueError")
+
+    def asserts(x, n):
+        assert n <= x.size(-2)
+        return x[..., x.size(-2) - n:, :]
+
+    _fails(ROWS, asserts, "(?s)raised AssertionError.*It should raise ValueError")
+
+
 # --- Module exercises -------------------------------------------------------------------------------
 
 

@@ -87,12 +87,16 @@ class Case:
 
     grad_wrt: indices of positional float-tensor args whose gradient is also graded (a gradient probe): the
     runner reports d(sum_j <out_j, R_j>)/d(arg) for seeded random R_j, and the judge compares it with the
-    reference's."""
+    reference's.
+    raises: an exception class the function must raise on these inputs (invalid input, e.g. more queries
+    than keys), with `why` saying what is wrong with them; such a case is called once, on the grading device."""
 
     label: str
     args: tuple
     kwargs: dict = field(default_factory=dict)
     grad_wrt: tuple = ()
+    raises: type | None = None
+    why: str = ""
 
     def to(self, dtype):
         """A copy with floating tensors in `dtype` (on the CPU; the runner moves them to the device)."""
@@ -102,7 +106,8 @@ class Case:
                 return a.to(dtype=dtype if a.is_floating_point() else a.dtype).clone()
             return a
 
-        return Case(self.label, tuple(move(a) for a in self.args), {k: move(v) for k, v in self.kwargs.items()}, self.grad_wrt)
+        return Case(self.label, tuple(move(a) for a in self.args), {k: move(v) for k, v in self.kwargs.items()}, self.grad_wrt,
+                    self.raises, self.why)
 
 
 @dataclass
@@ -122,6 +127,8 @@ class Call:
     grad_seed: int = 0
     module: dict | None = None
     variable: str | None = None
+    raises: type | None = None  # the exception the call must raise (see Case)
+    why: str = ""
 
     def inputs(self, functions=None):
         """Fresh copies of the inputs as the learner's function saw them (meta tensors for device 'meta').
@@ -393,12 +400,19 @@ def _plain(value):
 def reference_plan(cases_fn, meta=True, dtypes=DTYPES):
     """A plan: every case in each of `dtypes` on the grading device, then each case once on 'meta' (meta=False:
     no meta pass, for functions of plain values). dtypes=None: each case once as it is, for inputs with no
-    float dtype to vary (e.g. a mask builder's sizes). Cases with grad_wrt get a gradient probe (not on meta)."""
+    float dtype to vary (e.g. a mask builder's sizes). Cases with grad_wrt get a gradient probe (not on meta);
+    cases that must raise are called once, on the grading device, after all the others."""
 
     def plan(seed, device):
         cases = cases_fn(seed)
         calls = []
+        raising = []  # called last: invalid inputs are judged after the valid ones
         for i, c in enumerate(cases):
+            if c.raises is not None:
+                dtype = None if dtypes is None else dtypes[0]
+                moved = c if dtypes is None else c.to(dtype)
+                raising.append(Call(f"{c.label}, device {device}", moved.args, moved.kwargs, device, dtype, raises=c.raises, why=c.why))
+                continue
             if dtypes is None:
                 calls.append(Call(f"{c.label}, device {device}", c.args, c.kwargs, device, None,
                                   grad_wrt=c.grad_wrt, grad_seed=seed * 100 + i))
@@ -408,10 +422,10 @@ def reference_plan(cases_fn, meta=True, dtypes=DTYPES):
                 calls.append(Call(f"{c.label}, {str(d).replace('torch.', '')}, device {device}", moved.args, moved.kwargs, device, d,
                                   grad_wrt=c.grad_wrt, grad_seed=seed * 100 + i))
         if meta:
-            for c in cases:
+            for c in (c for c in cases if c.raises is None):
                 m = c if dtypes is None else c.to(torch.float32)
                 calls.append(Call(f"{c.label}, on device 'meta'", m.args, m.kwargs, "meta", None if dtypes is None else torch.float32))
-        return calls
+        return calls + raising
 
     return plan
 
@@ -560,6 +574,9 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
     a learner hears about first must not depend on the machine's last-bit rounding."""
     with_gradients = []
     for call, record in zip(calls, records, strict=True):
+        if call.raises is not None:
+            _judge_raises(call, record, function, error_hints, forbidden)
+            continue
         with torch.no_grad():
             expected = _as_tuple(reference_call(call))
         if call.device == "meta":
@@ -634,6 +651,20 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
             with_gradients.append((call, record))
     for call, record in with_gradients:
         _judge_gradients(call, record, function, reference_call, gradient_mistakes)
+
+
+def _judge_raises(call, record, function, error_hints, forbidden):
+    """A call on invalid inputs must raise call.raises (by its name; a learner's own message is welcome)."""
+    name = call.raises.__name__
+    why = f": {call.why}" if call.why else ""
+    if not isinstance(record, dict):
+        raise AssertionError(f"{function}: no result for {call.label}.")
+    if record.get("ok"):
+        outcome(record, function, call.label, error_hints, forbidden)  # a forbidden built-in is named first
+        raise AssertionError(f"{function} on {call.label} should raise {name}{why}. It returned a result instead.")
+    error = str(record.get("error") or "")
+    if error.split(":", 1)[0].strip() != name:
+        raise AssertionError(explain_error(function, error, call.label, error_hints, record.get("error_in")) + f" It should raise {name}{why}.")
 
 
 def _judge_gradients(call, record, function, reference_call, gradient_mistakes=None):

@@ -19,19 +19,7 @@ import math
 
 import torch
 
-from autograder.checks import (
-    Call,
-    Case,
-    Check,
-    Dev,
-    Fn,
-    Returned,
-    WrongAnswer,
-    explain_error,
-    function_check,
-    generator,
-    run_local,
-)
+from autograder.checks import Case, Dev, Fn, Returned, WrongAnswer, function_check, generator, run_local
 from solutions import ch05_masks as ref
 
 # --- Known mistakes -----------------------------------------------------------------------------
@@ -270,33 +258,12 @@ def _bottom_right_cases(seed):
     k_len = int(torch.randint(6, 10, (), generator=g))
     q_chunk = int(torch.randint(2, k_len - 2, (), generator=g))
     pairs = [(q_chunk, k_len), (1, k_len), (k_len, k_len), (1, 1)]  # a chunk first: it tells the most mistakes apart
-    return [Case(f"causal_mask_bottom_right({q}, {k}, device=<the device>)", (q, k), {"device": Dev()}) for q, k in pairs]
-
-
-TOO_MANY_QUERIES = (5, 3)
-
-
-def _bottom_right_check():
-    """The mask check, plus one call with more queries than keys that must raise ValueError."""
-    base = _mask_check(ref.causal_mask_bottom_right, _bottom_right_cases, BOTTOM_RIGHT_MISTAKES, ERROR_HINTS["causal_mask_bottom_right"])
-
-    def plan(seed, device):
-        q, k = TOO_MANY_QUERIES
-        return base.plan(seed, device) + [Call(f"causal_mask_bottom_right({q}, {k}) (more queries than keys)", (q, k), {}, device, None)]
-
-    def judge(calls, records, function="causal_mask_bottom_right"):
-        base.judge(calls[:-1], records[:-1], function=function)
-        record, (q, k) = records[-1], TOO_MANY_QUERIES
-        error = str(record.get("error") or "") if isinstance(record, dict) else ""
-        if isinstance(record, dict) and record.get("ok"):
-            raise AssertionError(
-                f"{function}({q}, {k}) should raise ValueError: {q} queries cannot be the last {q} of {k} key positions. "
-                f"It returned a mask instead (tril with a negative diagonal silently leaves rows with no allowed key, which attention turns into NaN)."
-            )
-        if not error.startswith("ValueError"):
-            raise AssertionError(explain_error(function, error, f"({q}, {k})", ERROR_HINTS["causal_mask_bottom_right"]) + " It should raise ValueError (q_len > k_len).")
-
-    return Check(base.function, plan, judge, {}, (), base.categories, base.reference_call)
+    many, few = k_len - 1, q_chunk  # more queries than keys: invalid
+    return [Case(f"causal_mask_bottom_right({q}, {k}, device=<the device>)", (q, k), {"device": Dev()}) for q, k in pairs] + [
+        Case(f"causal_mask_bottom_right({many}, {few}) (more queries than keys)", (many, few), raises=ValueError,
+             why=f"{many} queries cannot be the last {many} of {few} key positions (tril with a negative diagonal silently "
+                 "leaves rows with no allowed key, which attention turns into NaN)"),
+    ]
 
 
 def _attention_cases(seed):
@@ -350,7 +317,8 @@ CHECKS = {
         ref.dependency_matrix, _dependency_cases, ("D",), DEPENDENCY_MISTAKES, ERROR_HINTS["dependency_matrix"],
         categories=("values", "shape", "dtype", "device"),
     ),
-    "causal_mask_bottom_right_hidden": _bottom_right_check(),
+    "causal_mask_bottom_right_hidden": _mask_check(ref.causal_mask_bottom_right, _bottom_right_cases, BOTTOM_RIGHT_MISTAKES,
+                                                   ERROR_HINTS["causal_mask_bottom_right"]),
 }
 
 
