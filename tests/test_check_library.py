@@ -229,6 +229,12 @@ def test_a_gradient_mistake_is_named_by_the_gradients_it_gives():
     assert "wrong values" in str(failure.value) and "Likely mistake" not in str(failure.value)
 
 
+def test_gradients_are_probed_in_float64_only():
+    calls = CUMMEAN.plan(SEED, "cpu")
+    assert {str(c.dtype) for c in calls if c.grad_wrt} == {"torch.float64"}
+    assert any(c.dtype == torch.float32 for c in calls), "values are still checked in float32"
+
+
 def test_values_are_judged_before_gradients_on_every_case():
     # Wrong gradients on the first case and wrong values on the second: the message is about the values,
     # whatever order the cases come in (a learner hears about the more basic mistake first).
