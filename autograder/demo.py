@@ -32,6 +32,11 @@ def catalogue(chapter_id: str) -> dict:
     return getattr(importlib.import_module(f"autograder.checks.{course.module_name(chapter_id)}"), "WRONG_ANSWERS", {})
 
 
+def valid_answers(chapter_id: str) -> dict:
+    """The chapter's correct answers written unlike the reference (VALID_ANSWERS: name -> ValidAnswer)."""
+    return getattr(importlib.import_module(f"autograder.checks.{course.module_name(chapter_id)}"), "VALID_ANSWERS", {})
+
+
 def reference_source(chapter_id: str, function: str) -> str:
     """The reference source of a solution cell: a function or class of solutions/, or (typed-answer cells)
     the module's ANSWER_CELLS[grade_id] text."""
@@ -42,25 +47,33 @@ def reference_source(chapter_id: str, function: str) -> str:
     return inspect.getsource(getattr(module, function))
 
 
+def apply_edit(source: str, edit) -> str:
+    """source with one Edit (or WrongAnswer) applied; old="" replaces the whole cell."""
+    if not edit.old:
+        return edit.new
+    if edit.old not in source:
+        raise ValueError(f"the edit of {edit.function} no longer applies: {edit.old!r} is not in its reference source")
+    return source.replace(edit.old, edit.new, 1)
+
+
 def apply_wrong_answer(source: str, wrong: WrongAnswer) -> str:
-    if wrong.old not in source:
-        raise ValueError(f"the wrong answer for {wrong.function} no longer applies: {wrong.old!r} is not in its reference source")
-    return source.replace(wrong.old, wrong.new, 1)
+    return apply_edit(source, wrong)
 
 
-def filled_submission(chapter_id: str, wrong_answers=(), student_nb=None) -> nbformat.NotebookNode:
-    """The student notebook with every solution cell filled in with the reference, plus the given mistakes."""
+def filled_submission(chapter_id: str, wrong_answers=(), student_nb=None, valid=()) -> nbformat.NotebookNode:
+    """The student notebook with every solution cell filled in with the reference, plus the given mistakes
+    (names of WRONG_ANSWERS, with all their edits) and valid alternatives (names of VALID_ANSWERS)."""
     nb = copy.deepcopy(student_nb or nbformat.read(course.student_notebook(chapter_id), as_version=4))
-    known = catalogue(chapter_id)
-    edits = [known[name] for name in wrong_answers]
+    known, alternatives = catalogue(chapter_id), valid_answers(chapter_id)
+    edits = [e for name in wrong_answers for e in known[name].edits] + [e for name in valid for e in alternatives[name].edits]
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         if not meta.get("solution"):
             continue
         source = reference_source(chapter_id, meta["grade_id"])
-        for wrong in edits:
-            if wrong.function == meta["grade_id"]:
-                source = apply_wrong_answer(source, wrong)
+        for edit in edits:
+            if edit.function == meta["grade_id"]:
+                source = apply_edit(source, edit)
         cell.source = source
     return nb
 

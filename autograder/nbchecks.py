@@ -91,6 +91,55 @@ def expect_dtype(actual, dtype, what):
                           "(no .float(), and create new tensors with dtype=x.dtype).")
 
 
+def masked_rows_as_expected(actual, expected):
+    """The course's one rule for a query with no allowed key (a fully masked row): softmax is 0/0 there, and
+    the reference's formula gives NaN; PyTorch's F.scaled_dot_product_attention gives zeros instead. Both are
+    right. `actual` is returned with each last-dim row that is all zeros where `expected`'s row is all NaN
+    set to NaN, so that both readings compare equal and nothing else changes."""
+    if not (isinstance(actual, torch.Tensor) and isinstance(expected, torch.Tensor)) or expected.dim() == 0 \
+            or not expected.is_floating_point() or actual.shape != expected.shape or not expected.isnan().any():
+        return actual
+    rows = expected.isnan().all(dim=-1, keepdim=True) & (actual == 0).all(dim=-1, keepdim=True)
+    return actual.masked_fill(rows, float("nan")) if rows.any() else actual
+
+
+def difference_in_words(actual, expected):
+    """How two float tensors of one shape differ, in words: infinities and NaNs where the other has numbers
+    are named as such (a largest difference of 3.4e+38 says nothing), else the largest difference."""
+    n = expected.numel()
+    for sign, word in ((-1, "-inf"), (1, "inf")):
+        want = expected.isinf() & (expected.sign() == sign)
+        wrong = want & ~(actual.isinf() & (actual.sign() == sign))
+        if wrong.any():
+            masked = " (a masked entry)" if sign < 0 else ""
+            return f"expected {word}{masked} at {int(wrong.sum())} of {n} entries, got a finite value or NaN there"
+    wrong = expected.isnan() & ~actual.isnan()
+    if wrong.any():
+        return f"expected NaN (e.g. a row with no allowed key: 0/0) at {int(wrong.sum())} of {n} entries, got numbers there"
+    wrong = expected.isfinite() & actual.isnan()
+    if wrong.any():
+        return f"got NaN at {int(wrong.sum())} of {n} entries where a number was expected (0/0, inf - inf or a softmax of -inf everywhere?)"
+    wrong = expected.isfinite() & actual.isinf()
+    if wrong.any():
+        return f"got inf or -inf at {int(wrong.sum())} of {n} entries where a finite number was expected (an overflow?)"
+    both = expected.isfinite() & actual.isfinite()
+    diff = (actual - expected)[both].abs().max().item() if both.any() else float("inf")
+    return f"largest difference {diff:.3g}"
+
+
+# On the 'meta' device tensors have shapes but no values: code that reads values (.item(), .tolist(), int(t),
+# boolean indexing, data-dependent shapes) fails there whatever its devices are, which proves no device mistake.
+# Only these errors, where tensors on two devices meet, do:
+DEVICE_MIX_ERRORS = ("is not on the expected device", "Expected all tensors to be on the same device",
+                     "must be on the same device", "found at least two devices")
+
+
+def meta_failure_is_device_mistake(error_text):
+    """Does an error raised on 'meta' inputs prove a device mistake (two devices meet)? Otherwise the code may
+    only need values that meta tensors do not have: not a device mistake, and not to be charged as one."""
+    return any(fragment in error_text for fragment in DEVICE_MIX_ERRORS)
+
+
 class _DeviceMixWatch:
     """Notes the operations that combine a 'meta' tensor with a non-scalar tensor on another device (some,
     like a matrix product, accept the mix on 'meta' although it fails on a GPU)."""
@@ -130,21 +179,29 @@ def expect_meta(fn, *args, shape, what, index=None, **kwargs):
     """Call fn on inputs on PyTorch's 'meta' device (shapes only, no values): the result must be a meta tensor
     of `shape`. This is how the grader finds tensors created on the wrong device, without a GPU."""
     name = getattr(fn, "__name__", "your function")
+    watch = _DeviceMixWatch()
     try:
-        with _DeviceMixWatch() as watch:
+        with watch:
             result = fn(*args, **kwargs)
     except NotImplementedError as exc:
         if not str(exc):
             raise CheckFailed(f"{name} is not implemented yet: replace `raise NotImplementedError()`.") from None
-        raise CheckFailed(
-            f"{name} fails when its inputs are on another device ('meta'): NotImplementedError: {exc}\n"
-            "Likely mistake: a tensor moved to or created on the CPU (.cpu(), .item(), torch.tensor(...)) inside the function."
-        ) from None
+        if watch.mixed:  # e.g. meta values written into a tensor created on the CPU
+            raise CheckFailed(
+                f"{name} combines its 'meta' inputs with a tensor on the CPU (in {watch.mixed[0]}); on a GPU this fails.\n"
+                "Likely mistake: a tensor created without device=... (e.g. torch.zeros(n, m) instead of "
+                "torch.zeros(n, m, device=x.device) or x.new_zeros(n, m))."
+            ) from None
+        if not meta_failure_is_device_mistake(str(exc)):
+            return  # code that reads values (.tolist(), .item(), ...) cannot run on 'meta': no device mistake shown
+        raise CheckFailed(f"{name} fails when its inputs are on another device ('meta'): NotImplementedError: {exc}") from None
     except Exception as exc:
+        if not watch.mixed and not meta_failure_is_device_mistake(f"{type(exc).__name__}: {exc}"):
+            return  # cannot tell on 'meta' (values are needed, or another error the value checks above see)
         raise CheckFailed(
-            f"{name} fails when its inputs are on another device ('meta'): {type(exc).__name__}: {exc}\n"
+            f"{name} mixes devices: with its inputs on device 'meta' it raised {type(exc).__name__}: {exc}\n"
             "Likely mistake: a tensor created without device=... (e.g. torch.ones(n, n) instead of "
-            "torch.ones(n, n, device=x.device)), or a call to .item() / float() on a tensor. On a GPU this fails the same way."
+            "torch.ones(n, n, device=x.device)); on a GPU the same code fails the same way."
         ) from None
     if watch.mixed:
         raise CheckFailed(
@@ -220,15 +277,14 @@ def expect_close(actual, expected, what, mistakes=None, atol=1e-4, rtol=1e-4):
     NaNs compare equal to NaNs, so a NaN-producing mistake can be recognised too.
     """
     expect_shape(actual, expected.shape, what)
-    actual = actual.detach().to("cpu", expected.dtype)
+    actual = masked_rows_as_expected(actual.detach().to("cpu", expected.dtype), expected)
     if torch.allclose(actual, expected, atol=atol, rtol=rtol, equal_nan=True):
         return
     for mistake, wrong in (mistakes or {}).items():
         if wrong.shape == actual.shape and torch.allclose(actual, wrong, atol=atol, rtol=rtol, equal_nan=True):
             raise CheckFailed(f"{what} is not right. It is exactly what you get with this mistake: {mistake}.")
-    diff = (actual - expected).abs().nan_to_num(nan=float("inf")).max().item()
     raise CheckFailed(
-        f"{what} is not right (largest difference {diff:.3g}).\nexpected:\n{expected}\ngot:\n{actual}"
+        f"{what} is not right ({difference_in_words(actual, expected)}).\nexpected:\n{expected}\ngot:\n{actual}"
     )
 
 

@@ -371,3 +371,259 @@ def test_meta_pass_catches_a_cpu_tensor_that_matmul_silently_accepts():
     with pytest.raises(AssertionError, match="combines its inputs with a tensor on another device"):
         run_local(function_check(cumulative_mean, _x_cases, ("y",)), projects_with_cpu_identity, seed=SEED, device="cpu")
     run_local(function_check(cumulative_mean, _x_cases, ("y",)), cumulative_mean, seed=SEED, device="cpu")
+
+
+# --- Fair grading (issue 15): each category fixed in the library, so every chapter inherits it ---------
+# Each test below fails on the library before the fix (run against HEAD's autograder) and passes now.
+
+
+def tanh_layer(x, w):
+    """tanh(x w) for x (..., d_in), w (d_in, d_out)."""
+    return torch.tanh(x @ w)
+
+
+def row_jacobians(x, w):
+    """The Jacobian of tanh_layer for each row of x (n, d_in): (n, d_out, d_in)."""
+    y = tanh_layer(x, w)  # (n, d_out)
+    return (1 - y * y).unsqueeze(-1) * w.transpose(0, 1).unsqueeze(0)
+
+
+def _jacobian_cases(seed):
+    g = checks.generator(seed, 21)
+    return [Case("x (3, 4), w (4, 2)", (torch.randn(3, 4, generator=g), torch.randn(4, 2, generator=g)))]
+
+
+JACOBIANS = function_check(row_jacobians, _jacobian_cases, ("jacobians",), callees=("tanh_layer",), meta=False)
+
+
+def test_a_torch_transform_around_a_recorded_callee_is_graded_on_its_outputs():
+    namespace = {"tanh_layer": tanh_layer}
+
+    def with_vmap_jacrev(x, w):
+        return torch.func.vmap(torch.func.jacrev(lambda xi: namespace["tanh_layer"](xi, w)))(x)
+
+    def with_torch_vmap_and_grad(x, w):
+        rows = [torch.vmap(torch.func.grad(lambda xi, j=j: namespace["tanh_layer"](xi, w)[j]))(x) for j in range(w.size(1))]
+        return torch.stack(rows, dim=1)
+
+    def with_autograd_functional(x, w):
+        return torch.stack([torch.autograd.functional.jacobian(lambda xi: namespace["tanh_layer"](xi, w), xi) for xi in x])
+
+    for learner in (with_vmap_jacrev, with_torch_vmap_and_grad, with_autograd_functional):
+        run_local(JACOBIANS, learner, seed=SEED, device="cpu", namespace=namespace)
+    # The caller is still judged on its outputs: a wrong one inside a transform fails.
+    _fails(JACOBIANS, lambda x, w: 2 * with_vmap_jacrev(x, w), "wrong values", namespace=namespace)
+
+
+def test_the_callee_recorder_never_changes_what_the_callee_does():
+    from autograder import runner
+
+    log, active = [], []
+
+    def raises(x):
+        assert active == ["f"], "the recorder says which callee is running"
+        raise KeyError("its own error")
+
+    with pytest.raises(KeyError, match="its own error"):
+        runner._recording(raises, "f", log, active)(torch.ones(2))
+    assert active == [] and log[0]["raised"].startswith("KeyError") and "args" in log[0]
+    x = torch.ones(3, requires_grad=True)
+    out = runner._recording(lambda t: t * 2, "f", log)(x)
+    assert out.requires_grad and log[-1]["out"]["tensor"]["shape"] == [3]
+    batched = torch.func.vmap(runner._recording(lambda t: t.sin(), "f", log))(torch.ones(4, 3))
+    assert torch.equal(batched, torch.ones(4, 3).sin()) and "unrecorded" in log[-1]
+
+
+def padding_mask(lengths, n):
+    """(batch, n) bool: True where position < length."""
+    return torch.arange(n, device=lengths.device) < lengths.unsqueeze(-1)
+
+
+PADDING = function_check(padding_mask, lambda seed: [Case("lengths [3, 1, 4], n = 5", (torch.tensor([3, 1, 4]), 5))], ("mask",), dtypes=None)
+
+
+def test_the_meta_pass_charges_only_a_device_mistake_it_can_prove():
+    def loops_over_values(lengths, n):  # valid: reads the lengths' values, creates on lengths.device
+        mask = torch.zeros(len(lengths), n, dtype=torch.bool, device=lengths.device)
+        for i, length in enumerate(lengths.tolist()):
+            mask[i, :length] = True
+        return mask
+
+    def uses_item(lengths, n):
+        return torch.stack([torch.arange(n, device=lengths.device) < int(length.item()) for length in lengths])
+
+    run_local(PADDING, loops_over_values, seed=SEED, device="cpu")
+    run_local(PADDING, uses_item, seed=SEED, device="cpu")
+    nbchecks_meta = checks.nbchecks.expect_meta
+    nbchecks_meta(loops_over_values, torch.empty(3, dtype=torch.long, device="meta"), 5, shape=(3, 5), what="mask")
+    # True device mistakes still fail: a CPU tensor combined with meta inputs, or a result on another device.
+    _fails(PADDING, lambda lengths, n: torch.arange(n) < lengths.unsqueeze(-1), "device")
+
+    def written_into_a_cpu_tensor(lengths, n):  # fails on meta with "Cannot copy out of meta tensor", as .tolist() does
+        mask = torch.zeros(len(lengths), n, dtype=torch.bool)
+        mask[:] = torch.arange(n, device=lengths.device) < lengths.unsqueeze(-1)
+        return mask
+
+    _fails(PADDING, written_into_a_cpu_tensor, "tensor on the CPU meets the inputs")
+    with pytest.raises(AssertionError, match="combines its 'meta' inputs with a tensor on the CPU"):
+        nbchecks_meta(written_into_a_cpu_tensor, torch.empty(3, dtype=torch.long, device="meta"), 5, shape=(3, 5), what="mask")
+    with pytest.raises(AssertionError) as failure:
+        nbchecks_meta(lambda lengths, n: torch.arange(n) < lengths.unsqueeze(-1),
+                      torch.empty(3, dtype=torch.long, device="meta"), 5, shape=(3, 5), what="mask")
+    assert "device" in str(failure.value)
+
+
+def rows_and_total(x):
+    """(scale_rows(x), the sum of x): the caller passes its own input to the callee."""
+    return scale_rows(x), x.sum()
+
+
+ROWS_TOTAL = function_check(rows_and_total, lambda seed: [Case(c.label, c.args) for c in _x_cases(seed)], ("rows", "total"),
+                            callees=("scale_rows",))
+
+
+def test_a_right_caller_keeps_its_points_whatever_pattern_it_calls_a_wrong_callee_in():
+    def wrong_scale_rows(x):
+        return x / x.sum()
+
+    def raises_on_3d(x):
+        if x.dim() == 3:
+            raise RuntimeError("only matrices")
+        return scale_rows(x)
+
+    def in_place(x):
+        x /= x.sum(-1, keepdim=True)
+        return x
+
+    def per_row(x):  # another call pattern: the callee on one row at a time
+        flat = (x * x).reshape(-1, 1, x.size(-1))
+        return torch.cat([namespace["scale_rows"](row) for row in flat]).reshape(x.shape)
+
+    def per_row_wrong(x):  # the caller's own mistake (x, not x * x), in the same pattern
+        flat = x.reshape(-1, 1, x.size(-1))
+        return torch.cat([namespace["scale_rows"](row) for row in flat]).reshape(x.shape)
+
+    for callee in (wrong_scale_rows, raises_on_3d):
+        namespace = {"scale_rows": callee}
+        run_local(NORMALIZED, per_row, seed=SEED, device="cpu", namespace=namespace)
+    namespace = {"scale_rows": in_place}
+    run_local(ROWS_TOTAL, lambda x: (namespace["scale_rows"](x), x.sum()), seed=SEED, device="cpu", namespace=namespace)
+    # A wrong caller loses its points with a right callee, and with a wrong one called in the reference's pattern.
+    namespace = {"scale_rows": scale_rows}
+    _fails(NORMALIZED, per_row_wrong, "wrong values", namespace=namespace)
+    namespace = {"scale_rows": wrong_scale_rows}
+    _fails(NORMALIZED, lambda x: 2 * namespace["scale_rows"](x * x), "wrong values", namespace=namespace)
+    # The rule's known limit (documented in judge_calls): a wrong callee called on OTHER inputs than the
+    # reference's cannot be told apart from another call pattern, so such a call costs the caller nothing.
+    run_local(NORMALIZED, lambda x: namespace["scale_rows"](x), seed=SEED, device="cpu", namespace=namespace)
+
+
+def stats_of_squares(x):
+    """running_stats of x * x (a caller of a dict-returning callee)."""
+    return running_stats(x * x)["mean"]
+
+
+def count_of(x):
+    return x.size(-2)
+
+
+def mean_by_count(x):
+    return x.sum(-2) / count_of(x)
+
+
+STATS_OF_SQUARES = function_check(stats_of_squares, _x_cases_without_gradients, ("mean",), callees=("running_stats",))
+MEAN_BY_COUNT = function_check(mean_by_count, _x_cases_without_gradients, ("mean",), callees=("count_of",))
+
+
+def test_a_right_callee_is_never_blamed_whatever_it_returns():
+    namespace = {"running_stats": running_stats, "count_of": count_of}
+    for check, wrong_caller in ((STATS_OF_SQUARES, lambda x: namespace["running_stats"](x)["mean"]),
+                                (MEAN_BY_COUNT, lambda x: x.sum(-2) / (namespace["count_of"](x) + 1))):
+        with pytest.raises(AssertionError) as failure:
+            run_local(check, wrong_caller, seed=SEED, device="cpu", namespace=namespace)
+        assert "wrong values" in str(failure.value) and "Your `" not in str(failure.value) and "comes from your" not in str(failure.value)
+    namespace["count_of"] = lambda x: x.size(-1)  # a wrong callee is named (proven by recomputation)
+    _fails(MEAN_BY_COUNT, lambda x: x.sum(-2) / (namespace["count_of"](x) + 1), "Your `count_of` returns wrong results", namespace=namespace)
+
+
+def masked_mean_weights(scores, mask):
+    """softmax over the allowed keys (mask True = may attend); a row with no allowed key is NaN (0/0)."""
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def _masked_cases(seed):
+    g = checks.generator(seed, 23)
+    mask = torch.tensor([[True, False, True], [False, False, False], [True, True, False]])
+    return [Case("scores (3, 3), row 1 fully masked", (torch.randn(3, 3, generator=g), mask))]
+
+
+MASKED = function_check(masked_mean_weights, _masked_cases, ("weights",))
+
+
+def test_one_rule_for_integer_answers_and_for_fully_masked_rows():
+    _fails(COUNT, lambda n, causal=False: float(n * (n + 1) // 2 if causal else n * n), "an int is expected")
+    run_local(COUNT, lambda n, causal=False: torch.tensor(n * (n + 1) // 2 if causal else n * n), seed=SEED, device="cpu")
+    # A fully masked row: NaN (the formula, 0/0) or zeros (PyTorch's convention) are both right; anything else is not.
+    run_local(MASKED, masked_mean_weights, seed=SEED, device="cpu")
+    run_local(MASKED, lambda s, m: masked_mean_weights(s, m).nan_to_num(0.0), seed=SEED, device="cpu")
+    _fails(MASKED, lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), dim=-1), "expected NaN")
+
+
+def always_true(x):
+    return True
+
+
+def test_messages_describe_values_in_words():
+    with pytest.raises(AssertionError) as failure:
+        run_local(function_check(always_true, lambda seed: [Case("x (2,)", (torch.ones(2),))], ("flag",), meta=False),
+                  lambda x: x > 0, seed=SEED, device="cpu")
+    assert "Returned(" not in str(failure.value) and "a bool tensor of shape (2,)" in str(failure.value)
+    # -inf expected, a finite fill given: named in words, not as "largest difference 3.4e+38".
+    with pytest.raises(AssertionError) as failure:
+        run_local(function_check(lambda s, m: s.masked_fill(~m, float("-inf")), _masked_cases, ("scores",)),
+                  lambda s, m: s.masked_fill(~m, torch.finfo(s.dtype).min), seed=SEED, device="cpu")
+    assert "expected -inf (a masked entry)" in str(failure.value) and "e+38" not in str(failure.value)
+    # Computed in float32 and cast back: the float64 check names the lost precision.
+    _fails(CUMMEAN, lambda x: cumulative_mean(x.float()).to(x.dtype), "(?s)float64.*computed in float32 .* and cast back")
+    # Typed answers: the first line names the answer that is off.
+    with pytest.raises(AssertionError) as failure:
+        run_local(TYPED, None, seed=SEED, namespace={"scores": [[0.5, 1.3], [2.0, 1.0]], "total": 2.75})
+    assert str(failure.value).startswith("`scores`: 2 of 4 entries are off")
+
+
+def test_a_replay_table_holds_the_reference_callee_on_the_learners_own_callee_inputs():
+    from autograder import runner
+
+    def wrong_scale_rows(x):
+        return x / x.sum()
+
+    x = torch.rand(3, 4, dtype=torch.float64) + 0.5
+    log = []
+    runner._recording(wrong_scale_rows, "scale_rows", log)(x[:2])
+    table = checks.replay_table({"callees": log}, ("scale_rows",), __name__)
+    (entry,) = table
+    assert entry["args"] == log[0]["args"]
+    assert torch.allclose(checks.decode_value(entry["out"]).values, scale_rows(x[:2]))
+    assert not torch.allclose(checks.decode_value(log[0]["out"]).values, scale_rows(x[:2])), "the learner's own result differs"
+
+
+def last_triangle_rows(m, n, device=None):
+    """The last m rows of lower_triangle(n): a caller of a callee that takes a device argument."""
+    return lower_triangle(n, device)[n - m:]
+
+
+LAST_ROWS = function_check(last_triangle_rows, lambda seed: [Case("m = 2, n = 5", (2, 5), {"device": Dev()})], ("mask",), dtypes=None,
+                           callees=("lower_triangle",))
+
+
+def test_a_callee_given_a_device_is_recomputed_on_it_and_blamed_only_when_wrong():
+    namespace = {"lower_triangle": lambda n, device=None: torch.ones(n, n, dtype=torch.bool, device=device).triu()}
+    # Another pattern: the full triangle of n + 1, then rows and columns cut: the callee's mistake costs nothing here.
+    run_local(LAST_ROWS, lambda m, n, device=None: namespace["lower_triangle"](n + 1, device=device)[n - m:n, :n],
+              seed=SEED, device="cpu", namespace=namespace)
+    namespace["lower_triangle"] = lower_triangle
+    run_local(LAST_ROWS, lambda m, n, device=None: namespace["lower_triangle"](n + 1, device=device)[n - m:n, :n],
+              seed=SEED, device="cpu", namespace=namespace)
+    with pytest.raises(AssertionError) as failure:
+        run_local(LAST_ROWS, lambda m, n, device=None: namespace["lower_triangle"](n, device=device)[:m], seed=SEED, device="cpu", namespace=namespace)
+    assert "wrong entries" in str(failure.value) and "Your `" not in str(failure.value)

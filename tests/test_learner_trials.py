@@ -22,6 +22,8 @@ from autograder.checks import run_local
 SEED = 21
 CHAPTERS = course.graded_chapters()
 TRIALS = [(chapter, name) for chapter in CHAPTERS for name in demo.catalogue(chapter)]
+VALID = [(chapter, name) for chapter in CHAPTERS for name in demo.valid_answers(chapter)]
+VALID_SEEDS = (3, 21, 1234)  # grading seeds are drawn at random: a valid answer must pass on each
 
 
 def checks_of(chapter):
@@ -45,7 +47,7 @@ def run_notebook(nb):
     return namespace, outcomes
 
 
-def hidden_results(chapter, namespace):
+def hidden_results(chapter, namespace, seed=SEED):
     """{hidden grade id: None (full marks) or the hidden check's message}."""
     results = {}
     for gid, check in checks_of(chapter).CHECKS.items():
@@ -53,7 +55,7 @@ def hidden_results(chapter, namespace):
         try:
             if check.function and not callable(fn):
                 raise AssertionError(f"{check.function} is not defined")
-            run_local(check, fn, seed=SEED, device="cpu", namespace=namespace)
+            run_local(check, fn, seed=seed, device="cpu", namespace=namespace)
             results[gid] = None
         except AssertionError as failure:
             results[gid] = str(failure)
@@ -99,6 +101,16 @@ def test_wrong_answer_is_caught_and_costs_only_its_own_exercise(chapter, name):
     assert lost == set(wrong.failing_cells), f"{chapter}/{name}: lost points in {sorted(lost)}, expected {sorted(wrong.failing_cells)}: {results}"
     messages = " | ".join(results[g] for g in wrong.failing_cells)
     assert wrong.diagnosis in messages, f"{chapter}/{name}: the hidden check says {messages[:600]!r}, not {wrong.diagnosis!r}"
+
+
+@pytest.mark.parametrize("chapter,name", VALID)
+def test_valid_answer_written_unlike_the_reference_keeps_full_marks(chapter, name):
+    namespace, outcomes = run_notebook(demo.filled_submission(chapter, valid=[name]))
+    failed = {k: repr(e)[:400] for k, e in outcomes.items() if e is not None}
+    assert not failed, f"{chapter}/{name} ({demo.valid_answers(chapter)[name].why}): visible cells fail: {failed}"
+    for seed in VALID_SEEDS:
+        lost = {k: m[:600] for k, m in hidden_results(chapter, namespace, seed).items() if m}
+        assert not lost, f"{chapter}/{name} ({demo.valid_answers(chapter)[name].why}): loses hidden points on seed {seed}: {lost}"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

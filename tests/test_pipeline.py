@@ -16,6 +16,8 @@ CHAPTER = "02-qkv-attention"
 CHAPTERS = course.graded_chapters()
 # Each wrong answer is a student of its own, named <chapter number>-<mistake>, with that chapter only.
 WRONG = {f"{chapter[:2]}-{name.replace('_', '-')}": (chapter, name, wrong) for chapter in CHAPTERS for name, wrong in demo.catalogue(chapter).items()}
+# Each valid answer written unlike the reference is a student of its own too, named <chapter number>-valid-<name>.
+VALID = {f"{chapter[:2]}-valid-{name.replace('_', '-')}": (chapter, name) for chapter in CHAPTERS for name in demo.valid_answers(chapter)}
 
 
 def read_summary(workdir, chapter=None):
@@ -48,6 +50,8 @@ def corpus(tmp_path_factory):
         notebooks[("blank", chapter)] = nbformat.read(course.student_notebook(chapter), as_version=4)
     for student, (chapter, name, _) in WRONG.items():
         notebooks[(student, chapter)] = demo.filled_submission(chapter, [name])
+    for student, (chapter, name) in VALID.items():
+        notebooks[(student, chapter)] = demo.filled_submission(chapter, valid=[name])
     for (student, chapter), nb in notebooks.items():
         path = submissions / student / chapter / "exercises.ipynb"
         path.parent.mkdir(parents=True)
@@ -88,6 +92,15 @@ def test_wrong_answer_loses_points_with_its_diagnosis(corpus, student):
     assert failed == set(wrong.failing_cells), f"{student}: failed cells {sorted(failed)}, expected {sorted(wrong.failing_cells)}"
     messages = [cells[c]["message"] for c in wrong.failing_cells]
     assert any(wrong.diagnosis in m for m in messages), f"{student}: the hidden check says {messages!r}, not {wrong.diagnosis!r}"
+
+
+@pytest.mark.parametrize("student", list(VALID))
+def test_valid_answer_written_unlike_the_reference_scores_full_marks(corpus, student):
+    _, rows, _ = corpus
+    chapter, name = VALID[student]
+    cells = graded_cells(rows, student, chapter)
+    lost = {c: r["message"][:400] for c, r in cells.items() if float(r["score"]) < float(r["max_score"])}
+    assert not lost, f"{student} ({demo.valid_answers(chapter)[name].why}) lost points through the CLI: {lost}"
 
 
 def test_grades_csv_and_feedback_are_written(corpus):

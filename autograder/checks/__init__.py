@@ -22,6 +22,7 @@ import inspect
 import io
 import math
 import os
+import re
 import sys
 from unittest import mock
 from dataclasses import dataclass, field
@@ -179,6 +180,12 @@ class Check:
     callees: tuple = ()
     categories: tuple = ("values", "shape", "dtype", "device")
     reference_call: Callable | None = None  # (call, inputs=None) -> the reference's outputs (trusted, in-process)
+    # The catalogue the check was built with ({description: wrong function or class}), kept for the test that
+    # every catalogued mistake is told apart from every other on the cases where it is named
+    # (tests/test_mistake_catalogues.py); the judge has its own copy.
+    mistakes: dict = field(default_factory=dict)
+    shape_mistakes: dict = field(default_factory=dict)
+    gradient_mistakes: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -193,10 +200,34 @@ class WrongAnswer:
     fails: frozenset = frozenset()  # hidden-test grade ids that must lose points (default: <function>_hidden)
     category: str = "values"  # values | shape | dtype | device | large | generator | gradient | weights | typed
     visible: bool = True  # the visible check catches it too
+    also: tuple = ()  # further edits of other cells, Edit(...) each: e.g. a correct caller written in another call pattern
 
     @property
     def failing_cells(self) -> frozenset:
         return frozenset(self.fails) or frozenset({f"{self.function}_hidden"})
+
+    @property
+    def edits(self) -> tuple:
+        return (Edit(self.function, self.old, self.new),) + tuple(self.also)
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One edit of the reference source of a solution cell (by grade id): `old` replaced by `new` once;
+    old="" replaces the whole cell with `new` (a function written in another style from scratch)."""
+
+    function: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class ValidAnswer:
+    """A correct answer written unlike the reference (loops, einsum, torch.func, another call pattern of a
+    callee): edits of the reference sources that must keep full marks, visibly and hidden, on every seed."""
+
+    edits: tuple  # Edit(...) each
+    why: str = ""  # what makes it different from the reference
 
 
 # --- Shipping calls to the runner and results back ----------------------------------------------------
@@ -250,6 +281,41 @@ class Returned:
     shape: tuple
     device: str
     values: torch.Tensor | None
+    unreadable: str = ""  # why the runner could not read the values (e.g. a tensor inside a torch transform)
+
+    def __str__(self):
+        return describe(self)
+
+
+def describe(value) -> str:
+    """A reported value in words for a learner ("a float32 tensor of shape (2, 3)"), never an internal repr."""
+    if isinstance(value, Returned):
+        where = "" if value.device.split(":")[0] in ("cpu", "meta") else f" on {value.device}"
+        if value.values is not None and value.values.numel() == 1 and value.shape == ():
+            return f"a {value.dtype} tensor of shape () holding {value.values.item()!r}{where}"
+        return f"a {value.dtype} tensor of shape {value.shape}{where}"
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)}" if len(value) != 1 else "a tuple of 1"
+    if isinstance(value, dict):
+        return f"a dict with the keys {', '.join(map(str, value))}" if value else "an empty dict"
+    if isinstance(value, str) and value.startswith("<a "):
+        return f"a {value[3:-1]}"
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, (int, float)):
+        return f"{value!r} (a {type(value).__name__})"
+    return f"a {type(value).__name__}"
+
+
+@dataclass(frozen=True)
+class ReportedDevice:
+    """A torch.device the runner reported (e.g. a callee's device= argument), by its name."""
+
+    name: str
+
+    def local(self) -> torch.device:
+        """The device the grading process recomputes on: meta for meta, else the CPU."""
+        return torch.device("meta" if self.name.startswith("meta") else "cpu")
 
 
 class Unreadable(Exception):
@@ -271,13 +337,15 @@ def decode_value(enc, depth=0):
             if tuple(array.shape) != shape:
                 raise Unreadable("tensor data and shape disagree")
             values = torch.from_numpy(array.copy())
-        return Returned(dtype, shape, device, values)
+        return Returned(dtype, shape, device, values, str(info.get("unreadable") or "")[:100])
     if "tuple" in enc:
         return tuple(decode_value(v, depth + 1) for v in enc["tuple"])
     if "dict" in enc and isinstance(enc["dict"], dict):
         return {str(k): decode_value(v, depth + 1) for k, v in enc["dict"].items()}
     if "float" in enc:
         return float(enc["float"])
+    if "device" in enc and isinstance(enc["device"], str):
+        return ReportedDevice(enc["device"][:40])
     if "value" in enc:
         return enc["value"]
     if "other" in enc:
@@ -324,6 +392,8 @@ def outcome(record, name, label, error_hints, forbidden):
     if not isinstance(record, dict):
         raise AssertionError(f"{name}: no result for {label}.")
     used = list(dict.fromkeys(forbidden.get(f, f) for f in record.get("forbidden") or [] if f in forbidden))
+    switched_off = re.findall(r"course-guard: `(\w+)` is switched off", str(record.get("error") or ""))
+    used += [forbidden.get(f, f) for f in switched_off if forbidden.get(f, f) not in used]  # the sandbox's guard
     if used:
         raise AssertionError(
             f"{name} calls {', '.join(used)}, the built-in this exercise asks you to write yourself: "
@@ -452,6 +522,8 @@ def _to_tensors(value):
         if value.values is not None:
             return value.values.to(getattr(torch, value.dtype)) if value.dtype in ALLOWED_DTYPES else value.values
         return torch.empty(value.shape, dtype=getattr(torch, value.dtype, torch.float32), device="meta")
+    if isinstance(value, ReportedDevice):
+        return value.local()
     return value
 
 
@@ -466,47 +538,152 @@ def _same_argument(given, recorded, dtype):
         return _close(recorded.values.to(given.dtype), given.detach().cpu(), dtype)
     if isinstance(given, (tuple, list)):
         return isinstance(recorded, tuple) and len(given) == len(recorded) and all(_same_argument(g, r, dtype) for g, r in zip(given, recorded))
+    if isinstance(recorded, ReportedDevice):
+        return isinstance(given, (torch.device, str)) and torch.device(given).type == "meta" if recorded.local().type == "meta" \
+            else isinstance(given, (torch.device, str)) and torch.device(given).type != "meta"
     return given == recorded
 
 
+def same_value(got, want, dtype) -> bool:
+    """Is a decoded reported value `got` the same as the reference's `want`? Tensors (shape, dtype, values
+    within the dtype's tolerance, NaNs in the same places; meta: shape and dtype), dicts (same keys, each the
+    same), tuples and lists (element by element), ints (an int, exactly: a float is not an int), floats,
+    bools and None. Used to PROVE that a learner's callee was wrong before anything blames it."""
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, Returned) or got.shape != tuple(want.shape) or got.dtype != str(want.dtype).replace("torch.", ""):
+            return False
+        if want.device.type == "meta" or got.values is None:
+            return want.device.type == "meta" and got.values is None and not got.unreadable
+        want = want.detach().cpu()
+        if want.dtype == torch.bool or not want.is_floating_point():
+            return torch.equal(got.values.to(want.dtype), want)
+        return _close(got.values.to(want.dtype), want, dtype)
+    if isinstance(want, dict):
+        return isinstance(got, dict) and set(got) == set(want) and all(same_value(got[k], want[k], dtype) for k in want)
+    if isinstance(want, (tuple, list)):
+        got = got if isinstance(got, tuple) else None
+        return got is not None and len(got) == len(want) and all(same_value(g, w, dtype) for g, w in zip(got, want))
+    value = _plain(got) if not isinstance(want, bool) else got
+    if isinstance(want, bool) or want is None:
+        return value is want
+    if isinstance(want, int):
+        return isinstance(value, int) and not isinstance(value, bool) and value == want
+    if isinstance(want, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            value == want or (math.isnan(want) and math.isnan(value)) or math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-12))
+    return False
+
+
+@dataclass
+class CalleeFault:
+    """One recorded call of a learner's callee that is proven wrong: the reference callee, run here on the
+    same recorded inputs, gives something else (or does not raise where the learner's raised), or the call
+    changed its inputs in place, or used a forbidden built-in (as the runner reports it)."""
+
+    name: str
+    why: str  # "raised ...", "returns wrong results", "changes its input in place", "calls ..."
+    raised: bool = False
+    mutated: bool = False  # a side effect on the caller's tensors, which no composition of outputs can model
+
+
+def callee_faults(record, callees, module_name, dtype) -> list:
+    """Every recorded callee call of this record that is PROVEN wrong (see CalleeFault), recomputing the
+    reference callee here on the recorded inputs. A call that was not recorded (inside a torch transform,
+    past the record limit) or that raised without its inputs recorded proves nothing and is not listed."""
+    module = sys.modules.get(module_name)
+    faults = []
+    for entry in (record.get("callees") or []) if isinstance(record, dict) else []:
+        if not isinstance(entry, dict) or entry.get("name") not in callees or module is None:
+            continue
+        name = entry["name"]
+        reference = getattr(module, name, None)
+        if not callable(reference) or not isinstance(entry.get("args"), dict):
+            continue
+        try:
+            given = {k: _to_tensors(decode_value(v)) for k, v in entry["args"].items()}
+        except (Unreadable, ValueError, TypeError):
+            continue
+        if any(isinstance(v, torch.Tensor) and v.device.type == "meta" for v in given.values()) and "raised" in entry:
+            continue  # raising on meta inputs proves nothing about values (see the meta pass)
+        try:
+            with torch.no_grad():
+                want = reference(**given)
+            reference_raised = None
+        except Exception as exc:
+            want, reference_raised = None, exc
+        if entry.get("forbidden"):
+            faults.append(CalleeFault(name, f"calls {', '.join(map(str, entry['forbidden']))[:100]}, a built-in its exercise forbids"))
+        elif "raised" in entry:
+            if reference_raised is None:
+                faults.append(CalleeFault(name, f"raised {str(entry['raised'])[:200]}", raised=True))
+        elif entry.get("mutated"):
+            faults.append(CalleeFault(name, "changes its input tensors in place", mutated=True))
+        elif reference_raised is None and "out" in entry:
+            try:
+                got = decode_value(entry["out"])
+            except (Unreadable, ValueError, TypeError):
+                continue
+            if not same_value(got, want, dtype):
+                faults.append(CalleeFault(name, "returns wrong results"))
+    return faults
+
+
+def replay_table(record, callees, module_name) -> list:
+    """For a second sandbox round (not wired yet; see judge_calls rule 3): for each recorded callee call,
+    {"name", "args": its recorded (encoded) inputs, "out": the REFERENCE callee's output on them, encoded as
+    the runner encodes values}. Run again with its callee answering from this table, the learner's caller
+    could be judged directly against the reference caller, even when it calls a wrong callee in another
+    pattern. Only the callee's outputs on the learner's own inputs would enter that round's sandbox."""
+    module = sys.modules.get(module_name)
+    table = []
+    for entry in (record.get("callees") or []) if isinstance(record, dict) else []:
+        if not isinstance(entry, dict) or entry.get("name") not in callees or not isinstance(entry.get("args"), dict) or module is None:
+            continue
+        try:
+            given = {k: _to_tensors(decode_value(v)) for k, v in entry["args"].items()}
+            with torch.no_grad():
+                out = getattr(module, entry["name"])(**given)
+        except Exception:
+            continue
+        table.append({"name": entry["name"], "args": entry["args"], "out": runner.encode_value(out)})
+    return table
+
+
 def callee_blame(record, callees, module_name, dtype):
-    """A sentence naming the learner's callee when it raised or returned something other than the reference
-    callee gives on the same inputs (recomputed here), or ''. Words only: the points stay as judged."""
-    module = sys.modules[module_name]
+    """A sentence naming the learner's callee when one of its recorded calls is proven wrong (callee_faults),
+    or ''. Nothing is blamed without that proof."""
+    faults = callee_faults(record, callees, module_name, dtype)
+    if not faults:
+        return ""
+    fault = faults[0]
+    if fault.raised:
+        return f"\nThis comes from your `{fault.name}`, which {fault.why}: fix that exercise first."
+    return f"\nYour `{fault.name}` {fault.why} here (its own exercise loses points for that); this may be why: fix it first."
+
+
+def compose(call, record, reference_call, callees, module_name):
+    """(outputs, complete): the reference's outputs for this call with each callee call replaced by the
+    learner's recorded result when the reference gives that callee the same inputs (compared here), and
+    whether the composition is complete: every callee call the reference made found a recorded twin and
+    every recorded call (none unrecorded) was used. An incomplete composition means the learner's caller
+    calls its callee in another pattern (a per-head loop, slices, a transform): then the composed outputs
+    are not what a correct caller gives with the learner's callee. outputs is None when nothing was recorded
+    or the reference failed."""
+    entries, unrecorded = [], False
     for entry in (record.get("callees") or []) if isinstance(record, dict) else []:
         if not isinstance(entry, dict) or entry.get("name") not in callees:
             continue
-        name = entry["name"]
-        if "raised" in entry:
-            return f"\nThis comes from your `{name}`, which raised {str(entry['raised'])[:200]}: fix that exercise first."
-        try:
-            given = {k: _to_tensors(decode_value(v)) for k, v in entry.get("args", {}).items()}
-            got = _as_tuple(decode_value(entry.get("out")))
-            with torch.no_grad():
-                want = _as_tuple(getattr(module, name)(**given))
-        except Exception:
-            continue
-        if not _matches(got, want, dtype) or any(
-            isinstance(w, torch.Tensor) and isinstance(g, Returned) and g.dtype != str(w.dtype).replace("torch.", "") for g, w in zip(got, want)
-        ):
-            return f"\nYour `{name}` returns wrong results here (its own exercise loses points for that); this may be why: fix it first."
-    return ""
-
-
-def composed(call, record, reference_call, callees, module_name):
-    """The reference's outputs for this call, with each callee call replaced by the learner's recorded result
-    when the reference gives that callee the same inputs (compared here, in the grading process); a callee
-    call the learner did not make with these inputs uses the reference callee. None when nothing was recorded."""
-    entries = []
-    for entry in (record.get("callees") or []) if isinstance(record, dict) else []:
-        if isinstance(entry, dict) and entry.get("name") in callees and isinstance(entry.get("args"), dict) and "out" in entry:
+        if isinstance(entry.get("args"), dict) and "out" in entry:
             try:
                 entries.append((entry["name"], {k: decode_value(v) for k, v in entry["args"].items()}, decode_value(entry["out"])))
-            except Unreadable:
-                continue
+            except (Unreadable, ValueError, TypeError):
+                unrecorded = True
+        else:
+            unrecorded = True
     if not entries:
-        return None
+        return None, False
     module = sys.modules[module_name]
+    used, missed = set(), []
 
     def replay(name, original):
         signature = inspect.signature(original)
@@ -514,11 +691,13 @@ def composed(call, record, reference_call, callees, module_name):
         def callee(*args, **kwargs):
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
-            for entry_name, given, out in entries:
+            for i, (entry_name, given, out) in enumerate(entries):
                 if entry_name == name and set(given) == set(bound.arguments) and all(
                     _same_argument(bound.arguments[k], given[k], call.dtype) for k in given
                 ):
+                    used.add(i)
                     return _to_tensors(out)
+            missed.append(name)
             return original(*args, **kwargs)
 
         return callee
@@ -526,9 +705,15 @@ def composed(call, record, reference_call, callees, module_name):
     patches = {name: replay(name, getattr(module, name)) for name in callees if callable(getattr(module, name, None))}
     with mock.patch.dict(module.__dict__, patches), torch.no_grad():
         try:
-            return _as_tuple(reference_call(call))
+            outputs = _as_tuple(reference_call(call))
         except Exception:
-            return None
+            return None, False
+    return outputs, not missed and not unrecorded and len(used) == len(entries)
+
+
+def composed(call, record, reference_call, callees, module_name):
+    """The outputs of compose() (None when nothing was recorded)."""
+    return compose(call, record, reference_call, callees, module_name)[0]
 
 
 def _expect(where, g, e, call, mistakes_run):
@@ -536,37 +721,63 @@ def _expect(where, g, e, call, mistakes_run):
     dtype = call.dtype
     if isinstance(e, torch.Tensor):
         if not isinstance(g, Returned):
-            raise AssertionError(f"{where}: expected a tensor, got {type(g).__name__ if not isinstance(g, str) else g}.")
+            raise AssertionError(f"{where}: expected a tensor, got {describe(g)}.")
         if g.shape != tuple(e.shape):
             raise AssertionError(f"{where}: shape {g.shape}, expected {tuple(e.shape)}." + mistakes_run())
         if g.dtype != str(e.dtype).replace("torch.", ""):
-            keep = " (keep the input's dtype)" if e.is_floating_point() else ""
+            keep = (" (keep the input's dtype)" if e.is_floating_point()
+                    else " (an integer tensor: counts and indices are whole numbers)" if e.dtype != torch.bool else "")
             raise AssertionError(f"{where}: dtype {g.dtype}, expected {e.dtype}{keep}.")
         if g.device.split(":")[0] != call.device.split(":")[0]:
             raise AssertionError(f"{where}: on device {g.device}, expected {call.device}.")
         if call.device == "meta":
             return
         e = e.detach()
-        if g.values is None or not _close(g.values.to(e.dtype) if e.dtype != torch.bool else g.values, e, dtype):
+        if g.values is None:
+            raise AssertionError(f"{where}: its values could not be read ({g.unreadable or 'none were reported'}).")
+        values = g.values.to(e.dtype) if e.dtype != torch.bool else g.values
+        if e.is_floating_point():
+            values = nbchecks.masked_rows_as_expected(values, e)  # the course's rule for rows with no allowed key
+        if not _close(values, e, dtype):
             if e.dtype == torch.bool:
-                raise AssertionError(f"{where}: wrong entries ({int((g.values != e).sum()) if g.values is not None else '?'} of {e.numel()} differ)." + mistakes_run())
-            diff = float("inf") if g.values is None else (g.values.to(e.dtype) - e).abs().nan_to_num(nan=float("inf")).max().item()
-            raise AssertionError(f"{where}: wrong values (largest difference {diff:.3g})." + mistakes_run())
+                raise AssertionError(f"{where}: wrong entries ({int((g.values != e).sum())} of {e.numel()} differ)." + mistakes_run())
+            named = mistakes_run()
+            if not named and dtype == torch.float64 and lost_precision(values, e):
+                named = ("\nLikely mistake: computed in float32 (or another lower precision) and cast back: keep the "
+                         "input's dtype throughout (no .float(), and new tensors with dtype=x.dtype).")
+            raise AssertionError(f"{where}: wrong values ({nbchecks.difference_in_words(values, e)})." + named)
         return
     value = _plain(g)
     if isinstance(e, bool) or e is None:
         if value is not e and value != e:
-            raise AssertionError(f"{where}: got {value!r}, expected {'a bool' if isinstance(e, bool) else 'None'}{'' if isinstance(e, bool) else ''}." + mistakes_run())
+            raise AssertionError(f"{where}: got {describe(value)}, expected {'a bool' if isinstance(e, bool) else 'None'}." + mistakes_run())
         return
     if isinstance(e, (int, float)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise AssertionError(f"{where}: expected a number ({type(e).__name__}), got {value if isinstance(value, str) else type(value).__name__}.")
+            raise AssertionError(f"{where}: expected a number ({type(e).__name__}), got {describe(value)}.")
+        if isinstance(e, int) and not isinstance(value, int):
+            # One rule for every integer answer: a count is an int; 12.0 is a float, not an int.
+            raise AssertionError(f"{where}: got {describe(value)}; an int is expected (a whole number such as 12, "
+                                 "not 12.0: use // and int arithmetic, or int(...))." + (mistakes_run() if value != e else ""))
         if isinstance(e, int) and value != e:
             raise AssertionError(f"{where}: got {value!r}, which is not right." + mistakes_run())
         if isinstance(e, float) and not math.isclose(value, e, rel_tol=call_float_rel(call), abs_tol=1e-12):
             raise AssertionError(f"{where}: got {value!r}, which is not right." + mistakes_run())
         return
     raise AssertionError(f"{where}: cannot compare a {type(e).__name__}.")
+
+
+def lost_precision(values, expected) -> bool:
+    """Does a wrong float64 result look computed in float32 and cast back? Every finite value is exactly a
+    float32 number (while the reference's are not), and the difference is within float32 rounding."""
+    finite = values.isfinite() & expected.isfinite()
+    if not finite.any():
+        return False
+    v, e = values[finite], expected[finite]
+    if not torch.equal(v, v.float().double()) or torch.equal(e, e.float().double()):
+        return False
+    relative = ((v - e).abs().max() / e.abs().max().clamp_min(1e-30)).item()
+    return relative < 1e-3
 
 
 def call_float_rel(call):
@@ -580,14 +791,41 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
     extra(call, record, got, expected): a further check of one call (e.g. a module that did not keep its weights).
     mistakes name wrong values, shape_mistakes wrong shapes, gradient_mistakes wrong gradients (see function_check).
     Gradients are judged after every call's values: a wrong value is the more basic mistake, and which of the two
-    a learner hears about first must not depend on the machine's last-bit rounding."""
+    a learner hears about first must not depend on the machine's last-bit rounding.
+
+    Callees (other graded functions the learner's function calls) are graded in isolation, by this rule:
+    1. The learner's outputs equal the reference's: right.
+    2. Else they equal the reference composed with the learner's recorded callee results (see compose): right
+       (the callee's mistake is charged in its own exercise only).
+    3. Else, when the composition is incomplete (the caller calls its callee in another pattern than the
+       reference: a per-head loop, slices, inside a torch transform) or the caller raised, and some recorded
+       callee call is PROVEN wrong (callee_faults: the reference callee, run here on the recorded inputs,
+       gives something else; or it raised where the reference does not; or it changed its inputs in place,
+       a side effect no composition of outputs models), this call cannot be graded apart from the callee's
+       mistake: it costs the caller nothing (the callee's own check charges it). A wrong caller
+       with a right callee always loses its points (no proven fault: judged as in 1-2), and so does a wrong
+       caller whose callee is wrong but called in the reference's pattern (the composition is complete).
+    4. Else the caller's own mistake stands; the message names the callee only when it is proven wrong.
+    The meta pass (inputs on device 'meta', shapes only) costs points only for a device mistake it can prove:
+    tensors of two devices meeting (an error saying so, or the runner seeing an op mix them) or a result on
+    another device. Code that needs values (.item(), .tolist(), int(t), boolean indexing) cannot run on meta:
+    that proves nothing and costs nothing."""
     with_gradients = []
+    module_name = reference_call.__module__
     for call, record in zip(calls, records, strict=True):
         if call.raises is not None:
             _judge_raises(call, record, function, error_hints, forbidden)
             continue
         with torch.no_grad():
             expected = _as_tuple(reference_call(call))
+        known = {}
+
+        def faults(record=record, call=call, known=known):
+            """The proven faults of the learner's callees on this call (computed once, when needed)."""
+            if "faults" not in known:
+                known["faults"] = callee_faults(record, callees, module_name, call.dtype) if callees else []
+            return known["faults"]
+
         if call.device == "meta":
             try:
                 got = outcome(record, function, call.label, error_hints, forbidden)
@@ -597,10 +835,15 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
                 if any(isinstance(e, dict) and e.get("name") in callees and "raised" in e and e.get("devices") == ["meta"]
                        for e in record.get("callees") or []):
                     continue  # the learner's callee fails on 'meta' inputs: its own check takes the points, not this one
+                error = str(record.get("error") or "") if isinstance(record, dict) else ""
+                if record.get("device_mix"):  # e.g. meta values written into a tensor created on the CPU
+                    error += f" (in {', '.join(map(str, record['device_mix']))[:80]}, where a tensor on the CPU meets the inputs)"
+                elif not nbchecks.meta_failure_is_device_mistake(error):
+                    continue  # needs values (or fails otherwise on shapes only): no device mistake proven
                 raise AssertionError(
-                    f"{function} failed when its inputs are on another device ('meta'), on {call.label}: "
-                    f"{record.get('error') if isinstance(record, dict) else ''}\nLikely mistake: a tensor created without device=... "
-                    "(e.g. torch.ones(n, n) instead of torch.ones(n, n, device=x.device)) or a call to .item()."
+                    f"{function} mixes devices: with its inputs on device 'meta' ({call.label}) it raised {error}\n"
+                    "Likely mistake: a tensor created without device=... (e.g. torch.ones(n, n) instead of "
+                    "torch.ones(n, n, device=x.device)); on a GPU the same code fails the same way."
                 ) from None
             if isinstance(record, dict) and record.get("device_mix"):
                 raise AssertionError(
@@ -615,22 +858,27 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
                 if isinstance(g, Returned) and g.device.startswith("meta") and g.shape != tuple(e.shape) and callees:
                     # The shape the reference gives when composed with what the learner's callee returned: the
                     # callee's mistake (e.g. its outputs transposed), left to the callee's own check.
-                    alternative = alternative or composed(call, record, reference_call, callees, reference_call.__module__) or ()
+                    alternative = alternative or composed(call, record, reference_call, callees, module_name) or ()
                     if i < len(alternative) and isinstance(alternative[i], torch.Tensor) and g.shape == tuple(alternative[i].shape):
                         continue
+                    if faults():
+                        continue  # a callee proven to give wrong shapes, called in another pattern: its own check
                 if not isinstance(g, Returned) or not g.device.startswith("meta"):
                     raise AssertionError(
                         f"{what} of {function} on {call.label}: with inputs on device 'meta' the result should be a "
-                        f"meta tensor of shape {tuple(e.shape)}; got {g if not isinstance(g, Returned) else f'a tensor on {g.device}'}."
+                        f"meta tensor of shape {tuple(e.shape)}; got {describe(g)}."
                         "\nLikely mistake: a tensor created without device=... (e.g. torch.ones(n, n) instead of torch.ones(n, n, device=x.device))."
                     )
                 if g.shape != tuple(e.shape):
                     raise AssertionError(f"{what} of {function} on {call.label}: shape {g.shape}, expected {tuple(e.shape)}.")
             continue
+        mutated_by_callee = any(isinstance(e, dict) and e.get("mutated") for e in (record.get("callees") or [])) if isinstance(record, dict) else False
         try:
-            got = outcome(record, function, call.label, error_hints, forbidden)
+            got = outcome({**record, "mutated": False} if mutated_by_callee else record, function, call.label, error_hints, forbidden)
         except AssertionError as failure:
-            raise AssertionError(str(failure) + callee_blame(record, callees, reference_call.__module__, call.dtype)) from None
+            if isinstance(record, dict) and not record.get("ok") and faults() and not _forbidden_used(record, forbidden):
+                continue  # it failed where its callee is proven wrong: the callee's own exercise takes the points
+            raise AssertionError(str(failure) + callee_blame(record, callees, module_name, call.dtype)) from None
         if len(got) != len(expected):
             raise AssertionError(f"{function} should return {len(expected)} value(s) ({', '.join(names)}), got {len(got)}.")
 
@@ -647,19 +895,30 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
                 _expect(f"{what} of {function} on {call.label}", g, e, call, named_mistake)
         except AssertionError as failure:
             # Graded on its own: right if it is the reference composed with what the learner's callees returned.
-            alternative = composed(call, record, reference_call, callees, reference_call.__module__) if callees else None
-            blame = callee_blame(record, callees, reference_call.__module__, call.dtype) if callees else ""
-            if alternative is None or len(alternative) != len(got):
-                raise AssertionError(str(failure) + blame) from None
-            try:
-                for what, g, e in zip(names, got, alternative):
-                    _expect(f"{what} of {function} on {call.label}", g, e, call, lambda: "")
-            except AssertionError:
-                raise AssertionError(str(failure) + blame) from None
+            alternative, complete = compose(call, record, reference_call, callees, module_name) if callees else (None, False)
+            blame = callee_blame(record, callees, module_name, call.dtype) if callees else ""
+            if alternative is not None and len(alternative) == len(got):
+                try:
+                    for what, g, e in zip(names, got, alternative):
+                        _expect(f"{what} of {function} on {call.label}", g, e, call, lambda: "")
+                    alternative_matches = True
+                except AssertionError:
+                    alternative_matches = False
+                if alternative_matches:
+                    if call.grad_wrt:
+                        with_gradients.append((call, record))
+                    continue
+            if faults() and (not complete or any(f.mutated for f in faults())):
+                continue  # another call pattern over (or a side effect of) a callee proven wrong: rule 3
+            raise AssertionError(str(failure) + blame) from None
         if call.grad_wrt:
             with_gradients.append((call, record))
     for call, record in with_gradients:
         _judge_gradients(call, record, function, reference_call, gradient_mistakes)
+
+
+def _forbidden_used(record, forbidden):
+    return any(f in forbidden for f in (record.get("forbidden") or []))
 
 
 def _judge_raises(call, record, function, error_hints, forbidden):
@@ -754,6 +1013,7 @@ def function_check(reference, cases_fn, names, mistakes=None, error_hints=None, 
     extra(call, record, got, expected): a further check of each call, before the comparison (its own message)."""
     forbidden = forbidden or {}
     functions = vars(sys.modules[reference.__module__])
+    catalogue = (dict(mistakes or {}), dict(shape_mistakes or {}), dict(gradient_mistakes or {}))  # as given (dicts for keyed)
     if keyed:
         reference = in_order(reference, names)
         mistakes, shape_mistakes, gradient_mistakes = ({d: in_order(f, names) for d, f in (m or {}).items()}
@@ -784,7 +1044,7 @@ def function_check(reference, cases_fn, names, mistakes=None, error_hints=None, 
             return calls
 
     return Check(function or reference.__name__, plan, judge, forbidden, tuple(callees),
-                 categories or (("values", "shape", "dtype", "device") if meta else ("values",)), reference_call)
+                 categories or (("values", "shape", "dtype", "device") if meta else ("values",)), reference_call, *catalogue)
 
 
 def in_order(fn, names):
@@ -922,7 +1182,7 @@ def module_check(reference_cls, cases_fn, names, mistakes=None, error_hints=None
 
     function = reference_cls.__name__
     return Check(function, plan, judge, forbidden, tuple(callees),
-                 categories or ("values", "shape", "dtype", "device", "weights"), reference_call)
+                 categories or ("values", "shape", "dtype", "device", "weights"), reference_call, dict(mistakes or {}))
 
 
 # --- Typed answers -------------------------------------------------------------------------------
@@ -964,7 +1224,8 @@ def typed_answer_check(expected: dict, tolerance=0.01, mistakes=None, categories
                 shown = ", ".join(where[:6]) + (f" and {len(where) - 6} more" if len(where) > 6 else "")
                 problems.append(f"`{name}`: {len(where)} of {values.numel()} entries are off by more than {tolerance:g}: {shown}")
         if problems:
-            message = "Some typed answers are not right:\n- " + "\n- ".join(problems)
+            # The first line names the answer and what is wrong with it (the feedback table shows that line).
+            message = problems[0] + (".\nAlso:\n- " + "\n- ".join(problems[1:]) if len(problems) > 1 else ".")
             for description, values in (mistakes or {}).items():
                 matched = [n for n in values if n in got_all and got_all[n].shape == values[n].shape
                            and ((got_all[n] - values[n].to(torch.float64)).abs() <= tolerance).all()
