@@ -78,27 +78,52 @@ def decode_arg(spec, arrays, device, namespace=None):
     return spec["value"]
 
 
+def _transformed(value):
+    """Is this tensor one that torch.func / vmap wraps (batched, or tracked by grad/jacrev): it has no storage
+    of its own, so its values cannot be read outside the transform."""
+    import torch
+
+    functorch = getattr(torch._C, "_functorch", None)
+    try:
+        return bool(functorch is not None and functorch.is_functorch_wrapped_tensor(value))
+    except Exception:
+        return False
+
+
 def encode_value(value, depth=0):
-    """What came out of a learner's function, as JSON: tensors as base64 .npy (never pickle)."""
+    """What came out of a learner's function, as JSON: tensors as base64 .npy (never pickle). A tensor whose
+    values cannot be read (a torch.func transform's wrapped tensor, or anything else that refuses) is
+    reported with its dtype and shape and "unreadable" instead of values; encoding never raises."""
     import numpy as np
     import torch
 
     if depth > 3:
         return {"other": "nested too deeply"}
     if isinstance(value, torch.Tensor):
-        info = {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape), "device": str(value.device)}
+        try:
+            info = {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape), "device": str(value.device)}
+        except Exception:
+            return {"other": "tensor"}
+        if _transformed(value):
+            info["unreadable"] = "inside a torch transform"
+            return {"tensor": info}
         if value.device.type != "meta" and value.numel() <= 1_000_000 and not value.is_complex():
-            data = value.detach().to("cpu")
-            if data.dtype in (torch.float16, torch.bfloat16):
-                data = data.float()
-            buffer = io.BytesIO()
-            np.save(buffer, data.numpy(), allow_pickle=False)
-            info["npy"] = base64.b64encode(buffer.getvalue()).decode("ascii")
+            try:
+                data = value.detach().to("cpu")
+                if data.dtype in (torch.float16, torch.bfloat16):
+                    data = data.float()
+                buffer = io.BytesIO()
+                np.save(buffer, data.numpy(), allow_pickle=False)
+                info["npy"] = base64.b64encode(buffer.getvalue()).decode("ascii")
+            except Exception as exc:
+                info["unreadable"] = f"{type(exc).__name__}"[:100]
         return {"tensor": info}
     if isinstance(value, (tuple, list)):
         return {"tuple": [encode_value(v, depth + 1) for v in value[:16]]}
     if isinstance(value, dict):  # e.g. a dict of named steps (chapter 03's attention_steps)
         return {"dict": {str(k)[:100]: encode_value(v, depth + 1) for k, v in list(value.items())[:32]}}
+    if isinstance(value, torch.device):  # e.g. a callee's device= argument
+        return {"device": str(value)[:40]}
     if value is None or isinstance(value, (bool, int, float, str)):
         if isinstance(value, str):
             value = value[:200]
@@ -161,15 +186,49 @@ CALLEE_RECORDS = 32  # calls of a callee recorded per graded call
 
 
 def _devices(args, kwargs):
-    """The devices of the tensors among a call's arguments."""
+    """The devices of the tensors among a call's arguments (never raises)."""
     import torch
 
-    return sorted({str(a.device) for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)})
+    found = set()
+    for a in list(args) + list(kwargs.values()):
+        try:
+            if isinstance(a, torch.Tensor):
+                found.add(str(a.device))
+        except Exception:
+            continue
+    return sorted(found)
 
 
-def _recording(fn, name, log):
+def _any_transformed(value, depth=0):
+    """Does a value (tensors, nested in tuples, lists, dicts) hold a tensor wrapped by a torch transform?"""
+    import torch
+
+    if depth > 3:
+        return False
+    if isinstance(value, torch.Tensor):
+        return _transformed(value)
+    if isinstance(value, (tuple, list)):
+        return any(_any_transformed(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return any(_any_transformed(v, depth + 1) for v in value.values())
+    return False
+
+
+def _recording(fn, name, log, active=None):
     """fn, wrapped so that what each call was given and returned is reported (the grader then grades the
-    caller against the reference composed with these results: no double penalty for a callee's mistake)."""
+    caller against the reference composed with these results: no double penalty for a callee's mistake).
+
+    The recorder never raises and never changes what fn does: it calls fn exactly as the caller did and
+    returns (or re-raises) exactly what fn gave. Each entry of `log` is one of
+      {"name", "args", "out"[, "mutated": True]}   a call: its inputs as given (encoded BEFORE the call),
+                                                   its output, and whether fn changed an input in place;
+      {"name", "raised", "devices"[, "args"]}      a call that raised;
+      {"name", "unrecorded": why}                  a call that could not be recorded (e.g. inside
+                                                   torch.func.vmap / grad / jacrev, whose wrapped tensors have
+                                                   no readable values): the grader judges the caller on its
+                                                   outputs alone for it.
+    active: a list the recorder pushes `name` onto while fn runs (and pops after), so that the observers
+    of forbidden built-ins can tell a callee's use from the caller's own."""
     import functools
     import inspect
 
@@ -178,26 +237,75 @@ def _recording(fn, name, log):
     except (TypeError, ValueError):
         signature = None
 
+    def given_of(args, kwargs):
+        """(encoded inputs or None, snapshots for the in-place check), or (None, None, why) when not recordable."""
+        import torch
+
+        if _any_transformed(args) or _any_transformed(kwargs):
+            return None, [], "called inside a torch transform (torch.func, vmap)"
+        try:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            given = {k: encode_value(v) for k, v in bound.arguments.items()}
+        except Exception:
+            return None, [], "its arguments could not be read"
+        snapshots = []
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, torch.Tensor) and a.device.type != "meta" and a.numel() <= 1_000_000:
+                snapshots.append((a, a.detach().clone()))
+        return given, snapshots, None
+
     @functools.wraps(fn)
     def recorder(*args, **kwargs):
+        recording = len(log) < CALLEE_RECORDS
+        given, snapshots, why = None, [], None
+        if recording:
+            try:
+                given, snapshots, why = given_of(args, kwargs)
+            except Exception:
+                given, snapshots, why = None, [], "its arguments could not be read"
+        if active is not None:
+            active.append(name)
         try:
             out = fn(*args, **kwargs)
         except Exception as exc:
-            if len(log) < CALLEE_RECORDS:
-                log.append({"name": name, "raised": f"{type(exc).__name__}: {str(exc)[:200]}", "devices": _devices(args, kwargs)})
+            if recording:
+                try:
+                    entry = {"name": name, "raised": f"{type(exc).__name__}: {str(exc)[:200]}", "devices": _devices(args, kwargs)}
+                    if given is not None:
+                        entry["args"] = given
+                    log.append(entry)
+                except Exception:
+                    pass
             raise
-        if len(log) < CALLEE_RECORDS:
+        finally:
+            if active is not None and active:
+                active.pop()
+        if recording:
             try:
-                bound = signature.bind(*args, **kwargs)
-                bound.apply_defaults()
-                given = {k: encode_value(v) for k, v in bound.arguments.items()}
-            except (TypeError, AttributeError):
-                given = None
-            if given is not None:
-                log.append({"name": name, "args": given, "out": encode_value(out)})
+                if given is None or _any_transformed(out):
+                    log.append({"name": name, "unrecorded": why or "its result could not be read"})
+                else:
+                    entry = {"name": name, "args": given, "out": encode_value(out)}
+                    if any(not _unchanged(before, a) for a, before in snapshots):
+                        entry["mutated"] = True
+                    log.append(entry)
+            except Exception:
+                pass
         return out
 
     return recorder
+
+
+def _unchanged(before, tensor):
+    """Is `tensor` (as it is now) still equal to its snapshot `before` (NaNs in the same places count as equal)?"""
+    import torch
+
+    now = tensor.detach()
+    if now.shape != before.shape or now.dtype != before.dtype:
+        return False
+    return bool(torch.equal(now, before) or (before.is_floating_point() and torch.equal(now.isnan(), before.isnan())
+                                             and torch.equal(now.nan_to_num(), before.nan_to_num())))
 
 
 def _build_module(cls, spec, arrays, device):
@@ -313,6 +421,180 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
     return record
 
 
+# --- The guard: forbidden built-ins switched off, out of the learner's reach -----------------------------
+
+# Built-ins that compute the same thing as one another: forbidding one member forbids the family (the learner
+# must not get softmax through log_softmax, a masked or sparse softmax, or SDPA through one of its kernels).
+FAMILIES = (
+    ("softmax", "_softmax", "_safe_softmax", "_log_softmax", "log_softmax", "special_softmax", "special_log_softmax",
+     "_masked_softmax", "_sparse_softmax", "_sparse_log_softmax"),
+    ("scaled_dot_product_attention", "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
+     "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+     "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
+     "_efficient_attention_forward", "_flash_attention_forward", "_scaled_dot_product_attention_math_for_mps",
+     "_triton_scaled_dot_attention", "_fused_sdp_choice"),
+    ("multi_head_attention_forward", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
+     "_triton_multi_head_attention"),
+    ("rnn_tanh", "rnn_relu", "rnn_tanh_cell", "rnn_relu_cell", "lstm", "lstm_cell", "_thnn_fused_lstm_cell", "gru",
+     "gru_cell", "_thnn_fused_gru_cell", "_cudnn_rnn", "quantized_lstm_cell", "quantized_gru_cell",
+     "quantized_rnn_tanh_cell", "quantized_rnn_relu_cell"),
+)
+GUARD_PREFIX = "course-guard: "
+# Dispatch keys that only wrap another kernel (they redispatch below themselves): the guard leaves them and
+# replaces every kernel that computes.
+_WRAPPER_KEYS = ("Autograd", "Tracer", "FuncTorch", "Functionalize", "ADInplaceOrView", "Autocast", "Python", "BackendSelect",
+                 "Batched", "VmapMode", "PreDispatch", "Named", "Conjugate", "Negative", "ZeroTensor")
+# Audit events refused once the guard is armed: reaching the grader's objects (gc), running a fresh interpreter
+# without the guard (exec, spawn), raw memory (ctypes, /proc/<pid>/mem), tracing the grader's frames.
+_REFUSED_EVENTS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
+                   "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile", "subprocess.Popen", "pty.spawn")
+
+
+def guarded_names(forbidden):
+    """The forbidden names, with every member of a family that one of them belongs to."""
+    names = set(forbidden)
+    for family in FAMILIES:
+        if names & set(family):
+            names |= set(family)
+    return sorted(names)
+
+
+def _dispatch_keys(qualified):
+    """The dispatch keys with a kernel of this operator that computes (not a wrapper), plus the usual backends."""
+    import torch
+
+    keys = {"CPU", "CUDA", "Meta"}
+    for line in torch._C._dispatch_dump(qualified).splitlines():
+        key = line.split(":", 1)[0].split("[", 1)[0].split(" (", 1)[0].strip()
+        if key and " " not in key and key not in ("name", "schema", "debug", "alias analysis kind") and not key.startswith(_WRAPPER_KEYS):
+            keys.add(key)
+    return sorted(keys)
+
+
+def _block_exec():
+    """A seccomp filter in this process (and every process it forks): execve and execveat fail with EPERM, so no
+    fresh interpreter without the guard can be started. Returns whether it holds (Linux x86-64, i386, arm64, arm)."""
+    import ctypes
+    import struct
+
+    blocked = {
+        0xC000003E: (59, 322, 0x40000000 | 520, 0x40000000 | 545),  # x86-64 (and its x32 numbers)
+        0x40000003: (11, 358),  # i386
+        0xC00000B7: (221, 281),  # arm64
+        0x40000028: (11, 387),  # arm
+    }
+    LD_W_ABS, JEQ_K, RET_K = 0x20, 0x15, 0x06
+    ALLOW, DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    program = [(LD_W_ABS, 0, 0, 4)]  # the architecture
+    blocks = []
+    for arch, numbers in blocked.items():
+        block = [(LD_W_ABS, 0, 0, 0)]  # the system call number
+        block += [(JEQ_K, len(numbers) - i, 0, nr) for i, nr in enumerate(numbers)]
+        block += [(RET_K, 0, 0, ALLOW), (RET_K, 0, 0, DENY)]
+        blocks.append((arch, block))
+    # One test per architecture, then ALLOW for an unknown one, then the blocks (jump offsets are relative).
+    tests = len(blocks)
+    offset = tests - 1 + 1  # past the remaining tests and the ALLOW
+    for i, (arch, block) in enumerate(blocks):
+        program.append((JEQ_K, offset - i, 0, arch))
+        offset += len(block)
+    program.append((RET_K, 0, 0, ALLOW))
+    for _, block in blocks:
+        program += block
+    raw = b"".join(struct.pack("HBBI", *ins) for ins in program)
+    buffer = ctypes.create_string_buffer(raw)
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    prog = Program(len(program), ctypes.addressof(buffer))
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return False
+    return libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0
+
+
+def arm_guard(forbidden, block_exec=True):
+    """Switch the forbidden built-ins off in this interpreter for good, before any learner code runs.
+
+    Observing a call from inside the learner's interpreter can be undone by learner code (through frames, gc,
+    module globals, a forged report), so the guard does not observe: it replaces every kernel of each forbidden
+    ATen operator (and every member of its family, every overload, every dispatch key that computes) with one
+    that raises, and each forbidden Python-level function (F.multi_head_attention_forward) with a stub that
+    raises. A learner's function that reaches one of them, by any name or route, raises; its outputs cannot be
+    the built-in's. What would undo the guard is out of reach: the registrations are held only by an audit hook
+    (no Python name refers to them; their finalizer is detached), and the hook refuses what could reach them or
+    start an interpreter without them (gc's object walks, ctypes, tracing, exec and spawn, /proc/<pid>/mem);
+    a seccomp filter refuses execve itself.
+    Returns {"names": [...], "exec_blocked": bool}: what was switched off (for the report)."""
+    import sys
+    import warnings
+    import weakref
+
+    import torch
+    import torch.nn.functional as F
+
+    names = guarded_names(forbidden)
+    if not names:
+        return {"names": [], "exec_blocked": False}
+
+    def disabled(name):
+        def kernel(*args, **kwargs):
+            raise RuntimeError(f"{GUARD_PREFIX}`{name}` is switched off while this notebook is graded "
+                               "(the exercise asks you to write it yourself)")
+
+        kernel.__name__ = f"disabled_{name}"
+        return kernel
+
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in names:
+            packet = getattr(torch.ops.aten, name, None) if hasattr(torch._C, "_dispatch_dump") else None
+            try:
+                overloads = packet.overloads() if packet is not None else []
+            except Exception:
+                overloads = []
+            for overload in overloads:
+                qualified = f"aten::{name}" + ("" if overload == "default" else f".{overload}")
+                for key in _dispatch_keys(qualified):
+                    try:
+                        library.impl(name if overload == "default" else f"{name}.{overload}", disabled(name), key)
+                    except Exception:
+                        pass  # e.g. a Meta kernel of a composite op: its parts are switched off
+            for module in (F, torch):
+                if not packet and callable(getattr(module, name, None)):
+                    setattr(module, name, disabled(name))
+    for finalizer in list(getattr(weakref.finalize, "_registry", {})):
+        info = weakref.finalize._registry.get(finalizer)
+        if info is not None and info.weakref() is library:
+            finalizer.detach()  # else calling every finalizer would remove the registrations
+    exec_blocked = False
+    if block_exec:
+        try:
+            exec_blocked = _block_exec()
+        except Exception:
+            exec_blocked = False
+
+    refused, prefix = _REFUSED_EVENTS, GUARD_PREFIX
+    keep = [library]  # the hook's closure is the only holder of the registrations
+
+    def hook(event, args, keep=keep):
+        if event.startswith("ctypes.") or event in refused:
+            raise RuntimeError(f"{prefix}{event} is not allowed while a notebook is graded")
+        if event == "open" and args and isinstance(args[0], (str, bytes)):
+            path = args[0].decode(errors="replace") if isinstance(args[0], bytes) else args[0]
+            if path.startswith("/proc/") and path.rstrip("/").endswith("/mem"):
+                raise RuntimeError(f"{prefix}opening {path} is not allowed while a notebook is graded")
+        if event == "import" and args and args[0] in ("ctypes", "_ctypes"):
+            raise RuntimeError(f"{prefix}ctypes is not allowed while a notebook is graded")
+
+    sys.addaudithook(hook)
+    del library, keep
+    return {"names": names, "exec_blocked": exec_blocked}
+
+
 # --- The sandboxed run --------------------------------------------------------------------------------
 
 
@@ -340,6 +622,9 @@ def main(job_dir):
     import torch
 
     torch.set_num_threads(1)
+    forbidden = sorted({name for probe in job["probes"].values() for name in probe.get("forbidden", ())})
+    armed = arm_guard(forbidden, block_exec=job.get("block_exec", True))
+    send({"event": "guard", "names": armed["names"], "exec_blocked": armed["exec_blocked"]})
     namespace = {"__name__": "__main__", "display": print}
     real_stdout, real_stderr = sys.stdout, sys.stderr
     for cell in job["cells"]:

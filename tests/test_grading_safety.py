@@ -159,6 +159,15 @@ def cheat_corpus(workdir, port):
                      "import torch\n_helper = getattr(torch.ops.aten, '_soft' + 'max')", after="imports"),
             2.0,
         ),
+        # In-process tampering: learner code in the graded interpreter reaching the grader's own objects (frames,
+        # tracebacks, gc, module globals, sys.modules lookalikes, the report stream, a fresh interpreter, a fork) to
+        # make it forget the forbidden built-ins it used, found without naming them. The guard switches the
+        # built-ins off before any learner code runs, so none of these routes yields the built-in's values.
+        **{f"tamper-{route}": (tampering_attention(code), FULL - 5 - 3) for route, code in TAMPER_ROUTES.items()},
+        "tamper-runner-globals": (add_cell(tampering_attention(""), TAMPER_RUNNER_GLOBALS, after="imports"), FULL - 5 - 3),
+        "tamper-sys-modules-lookalike": (add_cell(tampering_attention(""), TAMPER_LOOKALIKE, after="imports"), FULL - 5 - 3),
+        "tamper-forged-report": (add_cell(demo.filled_submission(CHAPTER, ["missing_scale"]), TAMPER_FORGED_REPORT, after="self_attention"),
+                                 MISSING_SCALE_SCORE),
         # Faking the end of the run only stops the grader from reading further: the learner loses the rest.
         "fake-report-end": (cheat("import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b'{\"event\": \"end\"}\\n')\n    except OSError:\n        pass"), 0.0),
         "network": (cheat(
@@ -172,6 +181,107 @@ def cheat_corpus(workdir, port):
         "kill-the-grader": (cheat("import os, signal\nfor pid in (1, os.getppid()):\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass"), MISSING_SCALE_SCORE),
     }
     return corpus
+
+
+# scaled_dot_product_attention computed by torch's built-ins, found by scanning a module's namespace, in a helper
+# that a cell the learner added defines (that cell defines no graded function: the static reading looks there only
+# for torch's private machinery), with {tamper} run after the built-ins to erase what the grader observed. The
+# solution cell only calls the helper.
+TAMPERING_HELPER = """import math, sys, torch
+def _fast_attention(q, k, v, mask=None):
+    space = vars(torch.nn.functional)
+    attend = next(f for n, f in space.items() if n.startswith("scaled_dot") and callable(f))
+    normalise = next(f for n, f in space.items() if n.startswith("sof") and n.endswith("tmax"))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = normalise(scores, dim=-1)
+    out = attend(q, k, v, attn_mask=mask)
+{tamper}
+    return out, weights
+"""
+CALLS_THE_HELPER = "def scaled_dot_product_attention(q, k, v, mask=None):\n    return _fast_attention(q, k, v, mask)\n"
+ERASE = """        for value in list(frame.f_locals.values()):
+            if isinstance(value, list) and any(isinstance(x, str) and ("soft" in x or "attention" in x) for x in value):
+                value.clear()
+"""
+TAMPER_ROUTES = {
+    "frames": "    frame = sys._getframe(1)\n    while frame is not None:\n" + ERASE + "        frame = frame.f_back",
+    "traceback": ("    try:\n        raise ValueError()\n    except ValueError as e:\n        frame = e.__traceback__.tb_frame\n"
+                  "    while frame is not None:\n" + ERASE + "        frame = frame.f_back"),
+    "gc-objects": ("    import gc\n    for value in gc.get_objects():\n"
+                   "        if isinstance(value, list) and any(isinstance(x, str) and ('soft' in x or 'attention' in x) for x in value):\n"
+                   "            value.clear()"),
+    "gc-referrers": ("    import gc\n    for holder in gc.get_referrers(attend, normalise):\n"
+                     "        if isinstance(holder, list):\n            holder.clear()"),
+    "finalizers": "    import weakref\n    for finalizer in list(weakref.finalize._registry):\n        finalizer()",
+    # A fresh interpreter has no guard: the built-ins computed there, the values read back.
+    "subprocess": ("    import pickle, subprocess\n    data = pickle.dumps((q.cpu(), k.cpu(), v.cpu(), None if mask is None else mask.cpu()))\n"
+                   "    code = 'import pickle, sys, torch; q, k, v, m = pickle.load(sys.stdin.buffer); '"
+                   " 'sys.stdout.buffer.write(pickle.dumps(torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)))'\n"
+                   "    out = pickle.loads(subprocess.run([sys.executable, '-c', code], input=data, capture_output=True).stdout).to(q.device, q.dtype)"),
+    "ctypes": "    import ctypes\n    ctypes.memset(id(sys.modules) + 10**9, 0, 8)",
+}
+
+
+def tampering_attention(tamper):
+    """The reference notebook whose scaled_dot_product_attention calls the helper above, run with `tamper`."""
+    nb = with_cell(reference_nb(), "scaled_dot_product_attention", lambda s: CALLS_THE_HELPER)
+    return add_cell(nb, TAMPERING_HELPER.replace("{tamper}", tamper or "    pass"), after="imports")
+
+
+# A cell that replaces the grader's observers through the runner's module globals.
+TAMPER_RUNNER_GLOBALS = """import sys
+_grader = sys.modules["__main__"]
+for _name in dir(_grader):
+    if "modes" in _name:
+        _original = getattr(_grader, _name)
+        setattr(_grader, _name, lambda names, _original=_original: _original(set()))
+"""
+# A cell that plants lookalike modules: the grader's observers, imported later by name, become no-ops.
+TAMPER_LOOKALIKE = """import sys, types
+class _Nothing:
+    def __init__(self, *a, **k):
+        pass
+    def __enter__(self):
+        return self
+    def __exit__(self, *a):
+        return False
+for _name, _cls in (("torch.over" + "rides", "TorchFunction" + "Mode"), ("torch.utils._py" + "thon_dispatch", "TorchDispatch" + "Mode")):
+    _fake = types.ModuleType(_name)
+    setattr(_fake, _cls, _Nothing)
+    sys.modules[_name] = _fake
+"""
+# A cell after the graded functions: it reads the grader's inputs, computes attention with the built-ins and writes
+# a forged result for the attention check into every open file descriptor (the report stream among them).
+TAMPER_FORGED_REPORT = """import json, os, sys
+import numpy as np, torch
+_grader = sys.modules["__main__"]
+_job = json.load(open("/job/job.json"))
+_arrays = dict(np.load("/job/inputs.npz"))
+_space = vars(torch.nn.functional)
+_attend = next(f for n, f in _space.items() if n.startswith("scaled_dot") and callable(f))
+_normalise = next(f for n, f in _space.items() if n.startswith("sof") and n.endswith("tmax"))
+_index = next(c["index"] for c in _job["cells"] if c.get("probe") == "scaled_dot_product_attention_hidden")
+_forged = []
+try:
+    for _spec in _job["probes"]["scaled_dot_product_attention_hidden"]["calls"]:
+        _args = [_grader.decode_arg(a, _arrays, _spec["device"]) for a in _spec["args"]]
+        _q, _k, _v = _args[:3]
+        _m = _args[3] if len(_args) > 3 else None
+        _s = _q @ _k.transpose(-2, -1) / _q.size(-1) ** 0.5
+        _w = _normalise(_s if _m is None else _s.masked_fill(~_m, float("-inf")), dim=-1)
+        _forged.append({"ok": True, "error": None, "outputs": _grader.encode_value((_attend(_q, _k, _v, attn_mask=_m), _w)),
+                        "mutated": False, "forbidden": []})
+except Exception as e:
+    print("could not forge:", e)
+else:
+    for _fd in range(3, 30):
+        try:
+            os.write(_fd, (json.dumps({"event": "probe", "cell": _index, "calls": _forged}) + "\\n").encode())
+        except OSError:
+            pass
+"""
 
 
 def _edited_hidden(nb):
@@ -215,7 +325,7 @@ def bad_input_corpus(tmp_path):
         "deleted-test-cells": (deleted_tests, (FULL, "")),
         "missing-solution-cell": (missing_solution, (FULL - 2, "not defined")),
         "kernel-death": (with_cell(ref(), "dot_product_variance", lambda s: "import os\nos._exit(3)\n" + s), (FULL - 2, "exited")),
-        "segfault": (with_cell(ref(), "dot_product_variance", lambda s: "import ctypes\nctypes.string_at(0)\n" + s), (FULL - 2, "SIGSEGV")),
+        "segfault": (with_cell(ref(), "dot_product_variance", lambda s: "import faulthandler\nfaulthandler._sigsegv()\n" + s), (FULL - 2, "SIGSEGV")),
         "infinite-loop": (with_cell(ref(), "dot_product_variance", lambda s: s.replace('    """', loop_src + '    """', 1) + "\ndot_product_variance(4, 10, None)\n"), (FULL - 2, "time limit")),
         "loop-catching-interrupts": (with_cell(ref(), "self_attention", lambda s: "import time\n" + s + "\nwhile True:\n    try:\n        time.sleep(10)\n    except BaseException:\n        pass\n"), (FULL - 3, "time limit")),
         "memory-bomb": (with_cell(ref(), "dot_product_variance", lambda s: "hog = []\nwhile True:\n    hog.append(bytearray(2**26))\n" + s), (FULL - 2, ("MemoryError", "time limit", "memory limit"))),  # which comes first depends on the machine
@@ -297,17 +407,33 @@ def test_the_batch_finishes_and_reports_every_student(batch):
         assert len(graded_cells(rows, student)) == 4, f"{student}: every graded cell gets a row"
 
 
+# Cheats that break torch itself for their own notebook (a lookalike module torch imports from too): they may earn less.
+AT_MOST = {"tamper-sys-modules-lookalike"}
+
+
 @pytest.mark.parametrize("student", [
     "honest", "honest-with-warnings", "patch-allclose", "input-transformer", "write-gradebook", "read-hidden-checks",
     "import-course-packages", "import-solutions-in-solution", "torch-sdpa-in-solution", "torch-softmax-hidden-in-helper",
     "fake-report-end", "network", "edit-hidden-cell", "duplicated-cell", "kill-the-grader",
     "redefine-with-private-api", "disable-observers-globally", "aten-softmax-through-a-computed-name",
+    *[f"tamper-{route}" for route in TAMPER_ROUTES], "tamper-runner-globals", "tamper-sys-modules-lookalike", "tamper-forged-report",
 ])
 def test_cheat_earns_no_unearned_points(batch, student):
     rows = batch["rows"]
     _, allowed = batch["cheats"][student]
     got = score(rows, student)
+    if student in AT_MOST:
+        assert got <= allowed, f"{student}: scored {got}, more than {allowed}; messages: {messages(rows, student)}"
+        return
     assert got == allowed, f"{student}: scored {got}, expected exactly {allowed}; messages: {messages(rows, student)}"
+
+
+def test_tampering_cheats_are_told_the_built_in_they_used(batch):
+    rows = batch["rows"]
+    for student in batch["cheats"]:
+        if student.startswith("tamper-") and student not in AT_MOST | {"tamper-forged-report"}:
+            message = rows[student]["scaled_dot_product_attention_hidden"]["message"]
+            assert "the built-in this exercise asks you to write yourself" in message, f"{student}: {message[:300]}"
 
 
 def test_forbidden_shortcuts_say_why(batch):
