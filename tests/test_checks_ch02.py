@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from autograder import nbchecks
+from autograder.checks import run_local
 from autograder.checks import ch02_qkv_attention as checks
 from solutions import ch02_qkv_attention as ref
 
@@ -37,7 +38,7 @@ def test_hidden_sdpa_check_names_each_mistake(description):
 
 
 @pytest.mark.usefixtures("grading_env")
-@pytest.mark.parametrize("description", list(checks.SELF_ATTENTION_MISTAKES)[:2])
+@pytest.mark.parametrize("description", list(checks.SELF_ATTENTION_MISTAKES)[:4])
 def test_hidden_self_attention_check_names_each_mistake(description):
     with pytest.raises(AssertionError) as failure:
         checks.check_self_attention(checks.SELF_ATTENTION_MISTAKES[description])
@@ -200,3 +201,139 @@ def test_expect_mask_passes_the_mask_and_fails_on_dtype_entries_or_a_named_mista
         nbchecks.expect_mask(causal.T.clone(), causal, "mask", mistakes={"triu instead of tril": causal.T})
     with pytest.raises(nbchecks.CheckFailed, match="3 entries differ"):
         nbchecks.expect_mask(torch.ones(3, 3, dtype=torch.bool), causal, "mask", mistakes={"triu instead of tril": causal.T})
+
+
+# --- Issue 15: what a learner met (fully masked rows, precision, callers of a wrong callee, visible catches) ----
+
+
+def _notebook(*sources):
+    """A notebook's namespace: the imports cell, then each source (a function of the reference or a learner's)."""
+    namespace = {"__name__": "__main__"}
+    exec("import math\nimport torch\nfrom torch import Tensor\n", namespace)
+    for source in sources:
+        exec(source, namespace)
+    return namespace
+
+
+def _reference_source(name):
+    import inspect
+
+    return inspect.getsource(getattr(ref, name))
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_a_query_with_no_allowed_key_may_give_nan_or_zeros_but_not_equal_weights():
+    plan = checks.CHECKS["scaled_dot_product_attention_hidden"].plan(7, "cpu")
+    masks = [c.args[3] for c in plan if len(c.args) > 3]  # the calls' masks (CPU tensors, whatever the device)
+    assert any(not mask.any(dim=-1).all() for mask in masks), \
+        "the hidden cases must contain a query whose keys are all masked (the visible check shows one)"
+
+    def zeros_there(q, k, v, mask=None):  # what F.scaled_dot_product_attention returns for such a row
+        out, weights = ref.scaled_dot_product_attention(q, k, v, mask)
+        return out.nan_to_num(0.0), weights.nan_to_num(0.0)
+
+    checks.check_scaled_dot_product_attention(zeros_there)
+    with pytest.raises(AssertionError, match=r"large negative number \(e\.g\. -1e9\)"):
+        checks.check_scaled_dot_product_attention(checks.SDPA_MISTAKES[next(m for m in checks.SDPA_MISTAKES if "-1e9" in m)])
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_a_softmax_computed_in_float32_and_cast_back_is_told_precision_was_lost():
+    def cast_back(x, dim=-1):
+        x32 = x.float()
+        e = torch.exp(x32 - x32.amax(dim=dim, keepdim=True))
+        return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
+
+    with pytest.raises(AssertionError, match="cast back"):
+        checks.check_stable_softmax(cast_back)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_variance_returning_tensors_is_told_in_words():
+    with pytest.raises(AssertionError) as failure:
+        checks.check_dot_product_variance(lambda d_k, n, g: tuple(torch.tensor(r) for r in ref.dot_product_variance(d_k, n, g)))
+    assert "a tensor, a tensor" in str(failure.value) and ".item()" in str(failure.value)
+    assert "Returned(" not in str(failure.value)
+
+
+_MATRIX_ONLY_SOFTMAX = checks.WRONG_ANSWERS["softmax_for_matrices_only"].new
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("softmax", [
+    _MATRIX_ONLY_SOFTMAX,  # raises on vectors and batches
+    "def stable_softmax(x, dim=-1):\n    x_max = x.amax(dim=dim, keepdim=True)\n    e = torch.exp(x.sub_(x_max))\n    return e / e.sum(dim=dim, keepdim=True)\n",
+    "def stable_softmax(x, dim=-1):\n    x32 = x.float()\n    e = torch.exp(x32 - x32.amax(dim=dim, keepdim=True))\n    return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)\n",
+], ids=["raises on batches", "edits its input in place", "float32 cast back"])
+def test_correct_callers_keep_their_points_when_the_softmax_is_wrong(softmax):
+    namespace = _notebook(softmax, _reference_source("scaled_dot_product_attention"), _reference_source("self_attention"))
+    with pytest.raises(AssertionError):
+        run_local(checks.CHECKS["stable_softmax_hidden"], namespace["stable_softmax"], namespace=namespace)
+    for gid in ("scaled_dot_product_attention_hidden", "self_attention_hidden"):
+        check = checks.CHECKS[gid]
+        run_local(check, namespace[check.function], namespace=namespace)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_a_softmax_written_for_matrices_only_is_told_why():
+    namespace = _notebook(_MATRIX_ONLY_SOFTMAX)
+    with pytest.raises(AssertionError, match="works only for matrices"):
+        checks.check_stable_softmax(namespace["stable_softmax"])
+
+
+def _visible_messages(wrong):
+    from autograder import demo
+
+    nb = demo.filled_submission("02-qkv-attention", [wrong])
+    namespace, messages = {"__name__": "__main__"}, {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            exec(cell.source, namespace)
+        except Exception as exc:
+            messages[cell.metadata.get("nbgrader", {}).get("grade_id")] = str(exc)
+    return messages
+
+
+@pytest.mark.parametrize("wrong,cell,diagnosis", [
+    ("softmax_float32_cast_back", "stable_softmax_visible", "precision is lost"),
+    ("softmax_edits_its_input", "stable_softmax_visible", "changed its input x in place"),
+    ("sdpa_d_k_from_dim_1", "scaled_dot_product_attention_visible", "d_k read from the wrong dimension"),
+    ("sdpa_fill_minus_1e9", "scaled_dot_product_attention_visible", "-1e9"),
+    ("sdpa_masked_fill_not_assigned", "scaled_dot_product_attention_visible", "the mask is not used"),
+    ("self_attention_drops_mask", "self_attention_visible", "the mask is not used"),
+    # a caller's visible check names the callee when the callee is what is wrong
+    ("sdpa_returns_weights_first", "self_attention_visible", "fix exercise 2 first"),
+    ("sdpa_missing_scale_with_self_attention_keywords", "self_attention_visible", "fix exercise 2 first"),
+])
+def test_the_visible_checks_name_what_the_hidden_ones_grade(wrong, cell, diagnosis):
+    messages = _visible_messages(wrong)
+    assert cell in messages, f"{wrong}: the visible check {cell} passes"
+    assert diagnosis in messages[cell], messages[cell][:500]
+
+
+@pytest.mark.parametrize("cases,reference,catalogue", [
+    (checks._softmax_cases, ref.stable_softmax, checks.ALL_SOFTMAX_MISTAKES),
+    (checks._attention_cases, ref.scaled_dot_product_attention, checks.SDPA_MISTAKES),
+    (checks._self_attention_cases, ref.self_attention, checks.SELF_ATTENTION_MISTAKES),
+], ids=["stable_softmax", "scaled_dot_product_attention", "self_attention"])
+def test_each_catalogued_mistake_is_told_apart_from_the_others_where_it_is_named(cases, reference, catalogue):
+    def same(a, b):
+        a, b = (x if isinstance(x, tuple) else (x,) for x in (a, b))
+        return all(x.shape == y.shape and torch.allclose(x, y, equal_nan=True, atol=1e-10, rtol=1e-8) for x, y in zip(a, b))
+
+    for seed in (3, 7, 21):
+        for case in cases(seed):
+            args = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in case.args)
+            expected = reference(*args, **case.kwargs)
+            outputs = {}
+            for description, wrong in catalogue.items():
+                try:
+                    outputs[description] = wrong(*args, **case.kwargs)
+                except Exception:
+                    continue  # named by its error instead
+            named = [d for d, out in outputs.items() if not same(out, expected)]
+            for i, first in enumerate(named):
+                for second in named[i + 1:]:
+                    assert not same(outputs[first], outputs[second]), f"{case.label} (seed {seed}): {first!r} and {second!r} give the same values"

@@ -391,3 +391,120 @@ def test_multi_head_steps_accepts_another_order_of_the_arithmetic_on_any_seed(mo
     monkeypatch.setenv("COURSE_GRADING_SEED", str(seed))
     monkeypatch.setenv("COURSE_DEVICE", "cpu")
     checks.check_multi_head_steps(multi_head_steps_per_head)
+
+
+# --- Issue 15: fair grading of multi_head_steps beside its callee; typed answers' first line ------------------
+
+STEPS_MISSING_SCALE = SOURCE.replace("scaled = scores / math.sqrt(d_k)", "scaled = scores")
+PER_HEAD = MH_SOURCE.replace(checks._HEADS_CALL, checks._PER_HEAD_LOOP)
+VMAP = MH_SOURCE.replace(checks._HEADS_CALL, checks._VMAP_HEADS)
+
+
+def multi_head_failure(**sources):
+    try:
+        checks.check_multi_head_steps(learner(**sources)["multi_head_steps"])
+    except AssertionError as failure:
+        return str(failure)
+    return None
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("else concat @ w_o", "else concat @ w_o.T"),
+        ("attention_steps(q_heads, k_heads, v_heads, mask)", "attention_steps(q_heads, k_heads, v_heads)"),
+        ('concat = steps["output"].transpose(-3, -2).flatten(-2)', 'concat = steps["output"].movedim(-3, -1).flatten(-2)'),
+    ],
+    ids=["w_o-transposed", "mask-dropped", "interleaved-merge"],
+)
+def test_a_wrong_multi_head_steps_never_blames_the_reference_attention_steps(old, new):
+    # attention_steps returns a dict: before, it never compared equal to itself, and every failing multi_head_steps
+    # was told "Your `attention_steps` returns wrong results here ... fix it first" (issue 15, false blame).
+    message = multi_head_failure(multi_head_steps=MH_SOURCE.replace(old, new))
+    assert message is not None, "a wrong multi_head_steps earned its points"
+    assert "attention_steps" not in message.split("Likely mistake")[0].split("\n", 1)[-1], message
+    assert "Your `attention_steps`" not in message and "fix it first" not in message, message
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_a_wrong_attention_steps_is_named_when_it_is_the_cause():
+    # the same wrong caller, now with a wrong callee called in the reference's pattern: the callee is named
+    message = multi_head_failure(attention_steps=STEPS_MISSING_SCALE, multi_head_steps=MH_SOURCE.replace("else concat @ w_o", "else concat @ w_o.T"))
+    assert message is not None and "attention_steps" in message, message
+
+
+@pytest.mark.usefixtures("grading_env")
+@pytest.mark.parametrize("pattern", ["per-head loop", "keyword call", "own einsum"])
+def test_a_correct_multi_head_steps_keeps_its_points_beside_a_wrong_attention_steps_in_any_call_pattern(pattern):
+    # The notebook: "a mistake there ... costs points in exercise 3 only, whether you call it once for all heads as
+    # step 3 says, once per head in a loop, or not at all".
+    caller = {"per-head loop": PER_HEAD, "keyword call": MH_SOURCE.replace(checks._HEADS_CALL, checks._KEYWORD_CALL),
+              "own einsum": MH_SOURCE.replace(checks._HEADS_CALL, checks._OWN_STEPS)}[pattern]
+    assert caller != MH_SOURCE
+    ns = learner(attention_steps=STEPS_MISSING_SCALE, multi_head_steps=caller)
+    with pytest.raises(AssertionError, match="missing scale"):
+        checks.check_attention_steps(ns["attention_steps"])
+    checks.check_multi_head_steps(ns["multi_head_steps"])
+    # and the same caller with its own mistake loses its points beside a right callee
+    wrong = caller.replace("else concat @ w_o", "else concat @ w_o.T")
+    assert "W_O used transposed" in multi_head_failure(multi_head_steps=wrong)
+
+
+@pytest.mark.xfail(strict=True, reason="library (issue 15): a caller that calls a callee proven wrong in another pattern than the "
+                                       "reference costs nothing, even when the caller has a mistake of its own (rule 3 of judge_calls)")
+@pytest.mark.usefixtures("grading_env")
+def test_a_wrong_per_head_caller_beside_a_wrong_attention_steps_still_loses_its_points():
+    wrong = PER_HEAD.replace("else concat @ w_o", "else concat @ w_o.T")
+    assert multi_head_failure(attention_steps=STEPS_MISSING_SCALE, multi_head_steps=wrong) is not None
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_a_raising_attention_steps_costs_multi_head_steps_nothing():
+    ns = learner(attention_steps=SOURCE.replace("scores = q @ k.transpose(-2, -1)", "scores = q @ k.T"))
+    with pytest.raises(AssertionError, match="k.T and k.t"):
+        checks.check_attention_steps(ns["attention_steps"])
+    checks.check_multi_head_steps(ns["multi_head_steps"])
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_the_notebook_text_on_torch_func_transforms_matches_the_grading():
+    # A correct caller around torch.func.vmap keeps full marks with a right callee; with a wrong one the grader
+    # cannot see the callee's values, and the notebook says it then costs points here too. If the library learns
+    # to grade it apart, this fails: then drop the exception from the notebook's text of exercise 4.
+    assert multi_head_failure(multi_head_steps=VMAP) is None
+    assert multi_head_failure(attention_steps=STEPS_MISSING_SCALE, multi_head_steps=VMAP) is not None
+    text = course.student_notebook(CHAPTER).read_text(encoding="utf-8")
+    assert "torch.func.vmap" in text and "costs points here too" in text
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_rows_with_no_allowed_key_may_be_nan_or_zeros_and_a_finite_fill_is_still_wrong():
+    zeros = SOURCE.replace("    output = weights @ v  # (..., n, d_v)\n",
+                           "    weights = torch.nan_to_num(weights, nan=0.0)\n    output = weights @ v\n")
+    checks.check_attention_steps(learner(attention_steps=zeros)["attention_steps"])
+    finite = SOURCE.replace('scaled.masked_fill(~mask, float("-inf"))', "scaled.masked_fill(~mask, -1e9)")
+    with pytest.raises(AssertionError, match="large finite number"):
+        checks.check_attention_steps(learner(attention_steps=finite)["attention_steps"])
+    assert any("no allowed key" in case.label for case in checks._attention_steps_cases(0))
+
+
+@pytest.mark.parametrize("name,values", [
+    ("scores", EXACT["scores"].T), ("scaled", EXACT["scores"]), ("weights", [[0.55, 0.12, 0.36], [0.12, 0.33, 0.55]]),
+    ("output", [[1.88, 0.6], [1.67, 0.7]]), ("weights", [[0.5, 0.5], [0.5, 0.5]]),
+])
+def test_a_typed_answer_failure_says_on_its_first_line_which_table_and_what(name, values):
+    # A report's table shows the first line of a cell's message (or its "Likely mistake" line): it must name the
+    # table and the problem, never a bare heading such as "Some typed answers are not right: [output_hidden]".
+    message = typed_failure(name, answers(**{name: values.tolist() if isinstance(values, torch.Tensor) else values}))
+    first = message.splitlines()[0]
+    assert first.startswith(f"`{name}`") and ("entries are off" in first or "shape" in first), message
+    assert "Some typed answers" not in message
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_d_k_from_the_wrong_dimension_and_a_float32_scale_are_named():
+    for old, new, named in [("d_k = q.size(-1)", "d_k = q.shape[1]", "d_k read from the wrong dimension"),
+                            ("scaled = scores / math.sqrt(d_k)", "scaled = scores / torch.sqrt(torch.tensor(d_k))", "computed in float32")]:
+        with pytest.raises(AssertionError, match=re.escape(named)):
+            checks.check_attention_steps(learner(attention_steps=SOURCE.replace(old, new))["attention_steps"])

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 import torch
 
-from autograder import course, nbchecks
+from autograder import course, demo, nbchecks
 from autograder.checks import ch05_masks as checks
 from autograder.checks import run_local
 from solutions import ch05_masks as ref
@@ -74,15 +74,94 @@ def test_a_float_mask_is_told_that_masks_are_boolean():
         checks.check_causal_mask(lambda n, device=None: torch.ones(n, n, device=device).tril())
 
 
-@pytest.mark.usefixtures("grading_env")
-def test_fully_masked_row_must_be_nan_with_the_default_fill():
-    # A learner who "fixes" the NaN row by zeroing it gets told: the exercise states the row is NaN.
-    def attention_hiding_nan(q, k, v, mask=None, fill_value=float("-inf")):
-        out, weights = ref.masked_attention(q, k, v, mask, fill_value)
-        return out.nan_to_num(0.0), weights.nan_to_num(0.0)
+def _attention_hiding_nan(q, k, v, mask=None, fill_value=float("-inf")):
+    """Rows with no allowed key returned as zeros (as F.scaled_dot_product_attention does) instead of NaN."""
+    out, weights = ref.masked_attention(q, k, v, mask, fill_value)
+    return out.nan_to_num(0.0), weights.nan_to_num(0.0)
 
-    with pytest.raises(AssertionError, match="allows no key"):
-        checks.check_masked_attention(attention_hiding_nan)
+
+@pytest.mark.usefixtures("grading_env")
+def test_a_row_with_no_allowed_key_may_be_nan_or_zeros_with_the_default_fill():
+    # The course's one rule (chapters 02 to 05): with fill -inf such a row is NaN (0/0) or all 0; both keep full marks.
+    checks.check_masked_attention(_attention_hiding_nan)
+    checks.check_masked_attention(ref.masked_attention)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_a_row_with_no_allowed_key_must_be_uniform_with_a_finite_fill():
+    # Zeros are accepted where the formula gives NaN, not where it gives numbers: a finite fill gives uniform weights.
+    def zeros_whatever_the_fill(q, k, v, mask=None, fill_value=float("-inf")):
+        out, weights = ref.masked_attention(q, k, v, mask, fill_value)
+        if mask is None:
+            return out, weights
+        empty = ~mask.any(dim=-1, keepdim=True)
+        return out.masked_fill(empty, 0.0), weights.masked_fill(empty, 0.0)
+
+    with pytest.raises(AssertionError, match="row 2 is uniform"):
+        checks.check_masked_attention(zeros_whatever_the_fill)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_a_hard_coded_fill_is_caught_by_what_it_does_wrong():
+    # -1e9 gives uniform weights over the masked keys of a row with no allowed key, where fill -inf gives NaN (or 0).
+    def hard_coded(q, k, v, mask=None, fill_value=float("-inf")):
+        return ref.masked_attention(q, k, v, mask, -1e9)
+
+    with pytest.raises(AssertionError, match="a hard-coded fill such as -1e9") as failure:
+        checks.check_masked_attention(hard_coded)
+    assert "default fill -inf" in str(failure.value)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_a_fill_that_cannot_survive_float64_loses_the_points_the_visible_check_takes():
+    # The visible check uses fill_value=torch.finfo(torch.float64).min; the hidden check has that case too (in float64
+    # only: float32 scores cannot hold it), so a fill made as a float32 tensor (-inf) fails both.
+    def float32_fill(q, k, v, mask=None, fill_value=float("-inf")):
+        scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+        if mask is not None:
+            scores = torch.where(mask, scores, torch.tensor(fill_value))
+        weights = torch.softmax(scores, dim=-1)
+        return weights @ v, weights
+
+    with pytest.raises(AssertionError, match=r"finfo\(torch.float64\).min \(float64 only\)") as failure:
+        checks.check_masked_attention(float32_fill)
+    assert "converted to float32" in str(failure.value)
+    calls = checks.CHECKS["masked_attention_hidden"].plan(0, "cpu")
+    only64 = [c for c in calls if checks.FLOAT64_ONLY in c.label]
+    assert only64 and all(c.dtype == torch.float64 and c.device == "cpu" for c in only64)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_mask_not_applied_and_mask_after_softmax_are_told_apart():
+    def not_applied(q, k, v, mask=None, fill_value=float("-inf")):
+        return ref.masked_attention(q, k, v, None, fill_value)
+
+    def after_softmax(q, k, v, mask=None, fill_value=float("-inf")):
+        out, weights = ref.masked_attention(q, k, v, None)
+        if mask is not None:
+            weights = weights.masked_fill(~mask, 0.0)
+        return weights @ v, weights
+
+    with pytest.raises(AssertionError) as failure:
+        checks.check_masked_attention(not_applied)
+    assert "the mask is not applied at all" in str(failure.value) and "after the softmax" not in str(failure.value)
+    with pytest.raises(AssertionError) as failure:
+        checks.check_masked_attention(after_softmax)
+    assert "mask applied after the softmax" in str(failure.value) and "not applied at all" not in str(failure.value)
+
+
+@pytest.mark.usefixtures("grading_env")
+def test_a_padding_mask_that_reads_the_lengths_values_keeps_its_points():
+    # .tolist() cannot run on 'meta' lengths: that proves no device mistake (the mask is made on lengths.device).
+    def by_loop(lengths, max_len):
+        lengths = torch.as_tensor(lengths)
+        mask = torch.zeros(len(lengths), max_len, dtype=torch.bool, device=lengths.device)
+        for b, n in enumerate(lengths.tolist()):
+            mask[b, :n] = True
+        return mask[:, None, None, :]
+
+    checks.check_padding_mask(by_loop)
+    nbchecks.expect_meta(by_loop, torch.empty(3, dtype=torch.long, device="meta"), 4, shape=(3, 1, 1, 4), what="padding_mask on meta")
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -128,10 +207,9 @@ def learner_namespace(edits=()):
         gid = meta.get("grade_id", cell_id)
         if meta.get("solution"):
             source = inspect.getsource(getattr(ref, gid))
-            for function, old, new in edits:
-                if function == gid:
-                    assert old in source, f"the edit no longer applies to {gid}: {old!r}"
-                    source = source.replace(old, new, 1)
+            for edit in edits:
+                if edit.function == gid:
+                    source = demo.apply_edit(source, edit)
         elif meta.get("grade") or gid.endswith("_visible") or not meta:
             continue  # hidden tests, visible checks, the optional cell
         exec(compile(source, gid, "exec"), ns)
@@ -160,32 +238,45 @@ def test_visible_checks_pass_the_reference(capsys):
     assert "No future leakage" in out
 
 
-@pytest.mark.usefixtures("grading_env")
+# WRONG_ANSWERS and VALID_ANSWERS (with all their edits, VALID on three seeds) are run by test_learner_trials.py.
+
+
+def run_filled_notebook(wrong=(), valid=()):
+    """The student notebook filled in with the reference plus these edits, run cell by cell: {grade id: exception or None}."""
+    nb = demo.filled_submission(CHAPTER, wrong, valid=valid)
+    ns, outcomes = {"__name__": "__main__"}, {}
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        key = cell.metadata.get("nbgrader", {}).get("grade_id", i)
+        try:
+            exec(compile(cell.source, f"<cell {i}>", "exec"), ns)
+            outcomes[key] = None
+        except Exception as exc:
+            outcomes[key] = exc
+    return outcomes
+
+
 @pytest.mark.parametrize("name", list(checks.WRONG_ANSWERS))
-def test_wrong_answer_loses_its_points_and_is_seen_by_its_visible_check(name):
+def test_no_other_visible_check_fails_for_a_mistake_or_blames_the_wrong_function(name, capsys):
+    # A caller's visible check may fail for its callee's mistake only by naming that callee (e.g. a bottom-right mask
+    # built from a wrong causal_mask); the leakage proof in dependency_matrix's check never fails for it.
     wrong = checks.WRONG_ANSWERS[name]
-    ns = learner_namespace([(wrong.function, wrong.old, wrong.new)])
-    with pytest.raises(AssertionError) as failure:
-        hidden_in(ns, wrong.function)
-    assert wrong.diagnosis in str(failure.value), str(failure.value)
-    # no other exercise loses points for it
-    for other in FUNCTIONS:
-        if f"{other}_hidden" not in wrong.failing_cells:
-            hidden_in(ns, other)
-    if wrong.visible:
-        with pytest.raises(Exception) as seen:
-            run_visible(wrong.function, ns)
-        assert isinstance(seen.value, nbchecks.CheckFailed) or type(seen.value).__name__ == "CheckFailed", repr(seen.value)
+    outcomes = run_filled_notebook([name])
+    edited = {wrong.function} | {e.function for e in wrong.also}
+    for gid, error in outcomes.items():
+        if error is None or not str(gid).endswith("_visible") or gid == f"{wrong.function}_visible":
+            continue
+        owner = gid.removesuffix("_visible")
+        assert owner != "dependency_matrix", f"{name}: dependency_matrix's visible check fails for another exercise's mistake: {error!r}"
+        assert f"uses your {wrong.function}" in str(error) and owner in {e.function for e in wrong.also}, \
+            f"{name}: the visible check {gid} fails without naming {wrong.function}: {error!r}"
+    capsys.readouterr()
 
 
-@pytest.mark.usefixtures("grading_env")
-@pytest.mark.parametrize("name", list(checks.VALID_ALTERNATIVES))
-def test_valid_alternative_passes_hidden_and_visible_checks(name, capsys):
-    function, old, new = checks.VALID_ALTERNATIVES[name]
-    ns = learner_namespace([(function, old, new)])
-    hidden_in(ns, function)
-    run_visible(function, ns)
-    assert f"{function}: visible checks passed" in capsys.readouterr().out
+def test_a_bottom_right_mask_built_from_a_wrong_causal_mask_is_told_so_visibly():
+    outcomes = run_filled_notebook(["causal_triu_with_bottom_right_from_it"])
+    message = str(outcomes["causal_mask_bottom_right_visible"])
+    assert "uses your causal_mask, which is not right yet" in message and "exercise 1 only" in message
+    assert run_filled_notebook(valid=["bottom_right_from_own_causal"])["causal_mask_bottom_right_visible"] is None
 
 
 @pytest.mark.parametrize("function", FUNCTIONS)
@@ -199,8 +290,7 @@ def test_every_graded_category_has_a_wrong_answer_caught_by_the_visible_check(fu
 def test_a_mistake_in_masked_attention_is_shown_by_the_leakage_proof_only(capsys):
     # The proof in exercise 5's visible check runs YOUR attention; a leak is reported there, but
     # dependency_matrix's own checks (visible and hidden) still pass.
-    wrong = checks.WRONG_ANSWERS["attention_zero_fill"]
-    ns = learner_namespace([(wrong.function, wrong.old, wrong.new)])
+    ns = learner_namespace(checks.WRONG_ANSWERS["attention_zero_fill"].edits)
     run_visible("dependency_matrix", ns)
     out = capsys.readouterr().out
     assert "dependency_matrix: visible checks passed" in out and "your attention leaks" in out

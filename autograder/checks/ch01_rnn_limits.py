@@ -6,14 +6,20 @@
 - FORBIDDEN: the built-ins these exercises ask the learner to write instead of calling (nn.RNN, nn.LSTMCell,
   ...), as the torch function mode sees them (their `_VF` names).
 - CHECKS: the hidden check of each graded cell, by grade id; check_*: the same, run in this process.
-- WRONG_ANSWERS: typical mistakes as edits of the reference source (end-to-end and learner-trial tests).
+- WRONG_ANSWERS: typical mistakes as edits of the reference source (end-to-end and learner-trial tests),
+  including pairs of a wrong rnn_forward with a correct grad_norms_wrt_inputs that calls it in another pattern
+  (only rnn_forward loses points); VALID_ANSWERS: correct answers written unlike the reference (torch.func,
+  autograd, einsum, other call patterns), which keep full marks; PENDING_WRONG_ANSWERS: pairs the grader cannot
+  yet grade fairly (an autograd caller of a wrong callee), pinned as expected failures in tests/test_checks_ch01.py.
+- grad_norms_reference: the reference of grad_norms_wrt_inputs as the hidden check uses it, which grades a
+  chain-rule caller on the states its own rnn_forward returned, whether called per batch, sequence or step.
 """
 
 import math
 
 import torch
 
-from autograder.checks import Call, Case, Check, WrongAnswer, function_check, generator, outcome, run_local
+from autograder.checks import Call, Case, Check, Edit, ValidAnswer, WrongAnswer, function_check, generator, outcome, run_local
 from solutions import ch01_rnn_limits as ref
 
 # --- Known mistakes: rnn_forward --------------------------------------------------------------------
@@ -54,8 +60,14 @@ RNN_MISTAKES = {
         lambda x, h0, W_xh, W_hh, b: _rnn_variant(x, h0, W_xh, W_hh, b, carry=False),
     "ReLU instead of tanh: this is the tanh RNN (nn.RNN's default nonlinearity)":
         lambda x, h0, W_xh, W_hh, b: _rnn_variant(x, h0, W_xh, W_hh, b, act=torch.relu),
+    "the bias b is missing: h_t = tanh(x_t W_xh + h_{t-1} W_hh + b), with b added at every step":
+        lambda x, h0, W_xh, W_hh, b: _rnn_variant(x, h0, W_xh, W_hh, torch.zeros_like(b)),
+    "h_T is not the last hidden state (it is the first, h_1): return h_T = h of the last step, outputs[:, -1]":
+        lambda x, h0, W_xh, W_hh, b: (lambda o, h: (o, o[:, 0]))(*_rnn_variant(x, h0, W_xh, W_hh, b)),
 }
 RNN_SHAPE_MISTAKES = {
+    "h_T squeezed: .squeeze() also drops the batch dimension when batch = 1; return h_T of shape (batch, d_h)":
+        lambda x, h0, W_xh, W_hh, b: (lambda o, h: (o, h.squeeze()))(*ref.rnn_forward(x, h0, W_xh, W_hh, b)),
     "h_T returned with nn.RNN's layer dimension, (1, batch, d_h): return h_T of shape (batch, d_h)":
         lambda x, h0, W_xh, W_hh, b: (lambda o, h: (o, h.unsqueeze(0)))(*ref.rnn_forward(x, h0, W_xh, W_hh, b)),
     "outputs stacked along dim 0, (T, batch, d_h): this course is batch-first, stack along dim=1 for (batch, T, d_h)":
@@ -91,7 +103,7 @@ RNN_ERROR_HINTS = {
 
 
 def _grad_norms_variant(x, h0, W_xh, W_hh, b, *, tanh_grad=True, input_factor=True, local=False, shift_deriv=False,
-                        squared=False, reverse=False, rows_summed=False):
+                        squared=False, reverse=False, rows_summed=False, spectral=False):
     """The chain-rule reference with one thing changed (each keyword is one typical mistake)."""
     outputs, _ = ref.rnn_forward(x, h0, W_xh, W_hh, b)  # (batch, T, d_h)
     batch, T, d_h = outputs.shape
@@ -106,7 +118,7 @@ def _grad_norms_variant(x, h0, W_xh, W_hh, b, *, tanh_grad=True, input_factor=Tr
         if rows_summed:
             value = J.sum(dim=1).norm(dim=-1)  # the gradient of h_T.sum(): the sum of the Jacobian's rows
         else:
-            value = torch.linalg.matrix_norm(J)
+            value = torch.linalg.matrix_norm(J, ord=2 if spectral else "fro")
         norms[:, t] = value**2 if squared else value
         G = eye if local else G_a @ W_hh.T
     return norms.flip(-1) if reverse else norms
@@ -126,6 +138,9 @@ GRAD_MISTAKES = {
         lambda *a: _grad_norms_variant(*a, shift_deriv=True),
     "squared norms: the Frobenius norm is the square root of the sum of squares":
         lambda *a: _grad_norms_variant(*a, squared=True),
+    "the spectral norm (ord=2, the largest singular value), not the Frobenius norm (the square root of the sum of "
+    "squared entries: torch.linalg.matrix_norm's default, ord='fro')":
+        lambda *a: _grad_norms_variant(*a, spectral=True),
     "time reversed: entry [i, t] must belong to input x_t (the last entry is the nearest input, x_T)":
         lambda *a: _grad_norms_variant(*a, reverse=True),
 }
@@ -153,6 +168,82 @@ GRAD_ERROR_HINTS = {
     "One of the differentiated Tensors appears to not have been used": "the gradient is taken with respect to a tensor "
                              "that the RNN did not use: run rnn_forward on the very tensor you marked requires_grad.",
 }
+
+# --- The reference of grad_norms_wrt_inputs, for any call pattern of rnn_forward ------------------------------
+
+
+def _chain_rule_norms(outputs, x, W_xh, W_hh):
+    """The reference's chain rule on given hidden states (batch, T, d_h)."""
+    batch, T, d_h = outputs.shape
+    G = torch.eye(d_h, dtype=x.dtype, device=x.device).expand(batch, d_h, d_h)
+    norms = x.new_zeros(batch, T)
+    for t in range(T - 1, -1, -1):
+        G_a = G * (1 - outputs[:, t] ** 2).unsqueeze(1)
+        norms[:, t] = torch.linalg.matrix_norm(G_a @ W_xh.T)
+        G = G_a @ W_hh.T
+    return norms
+
+
+def _states_per_sequence(x, h0, W_xh, W_hh, b):
+    """rnn_forward called once per sequence of the batch."""
+    return torch.cat([ref.rnn_forward(x[i:i + 1], None if h0 is None else h0[i:i + 1], W_xh, W_hh, b)[0]
+                      for i in range(x.shape[0])])
+
+
+def _states_per_step(x, h0, W_xh, W_hh, b, zeros=False):
+    """rnn_forward called once per time step (T = 1 slices), the state it returns passed on as h0; zeros=True:
+    a None h0 is given as explicit zeros."""
+    h = x.new_zeros(x.shape[0], W_hh.shape[0]) if (h0 is None and zeros) else h0
+    states = []
+    for t in range(x.shape[1]):
+        _, h = ref.rnn_forward(x[:, t:t + 1], h, W_xh, W_hh, b)
+        states.append(h)
+    return torch.stack(states, dim=1)
+
+
+def grad_norms_reference(x, h0, W_xh, W_hh, b):
+    """The hidden check's reference of grad_norms_wrt_inputs: the reference itself, which calls rnn_forward once
+    on the whole batch. When a learner's grad_norms_wrt_inputs is graded on its own (its callee's recorded
+    results composed in the reference's place, see autograder.checks.composed), the learner may have called
+    rnn_forward in another pattern: once per sequence, or once per time step. The states are then read in the
+    pattern whose composed results differ from the plain reference loop (the pattern the learner used), so that
+    a correct caller does not pay for its callee's mistake. With a right callee every pattern gives the
+    reference's states, and the reference is what is returned."""
+    try:
+        whole = ref.grad_norms_wrt_inputs(x, h0, W_xh, W_hh, b)
+    except Exception:
+        whole = None
+    if x.device.type == "meta" or not x.is_floating_point():
+        if whole is None:
+            raise RuntimeError("the reference failed on these inputs")
+        return whole
+    plain = _rnn_variant(x, h0, W_xh, W_hh, b)[0]  # the reference loop, never composed with a learner's results
+    tolerance = dict(atol=1e-10, rtol=1e-8) if x.dtype == torch.float64 else dict(atol=1e-5, rtol=1e-4)
+
+    def same_as_plain(states):
+        return (isinstance(states, torch.Tensor) and states.shape == plain.shape
+                and torch.allclose(states.to(plain.dtype), plain, **tolerance))
+
+    if whole is not None:
+        try:
+            if not same_as_plain(ref.rnn_forward(x, h0, W_xh, W_hh, b)[0]):
+                return whole  # the learner called rnn_forward on the whole batch: the reference's own pattern
+        except Exception:
+            return whole
+    for pattern in (_states_per_sequence, _states_per_step, lambda *a: _states_per_step(*a, zeros=True)):
+        try:
+            states = pattern(x, h0, W_xh, W_hh, b)
+        except Exception:
+            continue
+        if isinstance(states, torch.Tensor) and states.shape == plain.shape and not same_as_plain(states):
+            return _chain_rule_norms(states, x, W_xh, W_hh)
+    if whole is None:
+        raise RuntimeError("the reference failed on these inputs")
+    return whole
+
+
+grad_norms_reference.__name__ = "grad_norms_wrt_inputs"
+grad_norms_reference.__module__ = ref.__name__  # its callee rnn_forward is looked up (and composed) there
 
 # --- Known mistakes: path_length --------------------------------------------------------------------
 
@@ -187,7 +278,34 @@ PATH_MISTAKES = {
         _path_variant(cnn=lambda n, k: -(-n // k) if n > 1 else 0),
     "kernel_size is ignored (always 3)":
         lambda n, kind, kernel_size=3: ref.path_length(n, kind, 3),
+    "kind compared with `is` (object identity) instead of ==: two equal strings need not be the same object (a kind "
+    "built at run time, or sent by the grader, is not the literal in your code), so `kind is \"rnn\"` can be False "
+    "when kind == \"rnn\"; compare strings with ==":
+        _path_variant(**{kind: (lambda n, k: ref.path_length(n, "dilated_cnn", k)) for kind in ("rnn", "attention", "cnn")}),
 }
+
+
+def fresh_string(text):
+    """An equal string that is a new object (not the interned literal): what a kind read from a file, typed by a
+    user or sent to the sandbox is. Code that compares kinds with `is` fails on it, as it would in use."""
+    return "".join(list(text)) if len(text) > 1 else text
+
+
+def other_kind_answers(n, kind, kernel_size):
+    """{answer: other kind} for the answers that another kind gives on (n, kernel_size) and this kind does not:
+    a wrong answer found there usually means the kind was compared wrongly (e.g. with `is`)."""
+    right = ref.path_length(n, kind, kernel_size)
+    table = {}
+    for other in ref.PATH_KINDS:
+        answer = ref.path_length(n, other, kernel_size)
+        if other != kind and answer != right:
+            table.setdefault(answer, other)
+    return table
+
+
+def other_kind_hint(kind, other):
+    return (f"kind {kind!r} is not recognised, so the rule of kind {other!r} answers: compare kind with == (not `is`, "
+            "which compares object identity: an equal string built at run time is another object)")
 
 # --- Known mistakes: lstm_cell_step -----------------------------------------------------------------
 
@@ -319,8 +437,10 @@ def _path_cases(seed):
 
 
 def _path_plan(seed, device):
-    """Plain-value calls: no tensors, no dtypes, no device (each case once)."""
-    return [Call(f"path_length({c.args[0]}, {c.args[1]!r}, kernel_size={c.kwargs['kernel_size']})", c.args, c.kwargs, "cpu", None)
+    """Plain-value calls: no tensors, no dtypes, no device (each case once). The kind is a string built at run
+    time, as it is once sent to the sandbox, so that comparing it with `is` fails here too (in-process grading)."""
+    return [Call(f"path_length({c.args[0]}, {c.args[1]!r}, kernel_size={c.kwargs['kernel_size']})",
+                 (c.args[0], fresh_string(c.args[1])), c.kwargs, "cpu", None)
             for c in _path_cases(seed)]
 
 
@@ -347,8 +467,11 @@ def _path_judge(calls, records, function="path_length"):
     message = f"{call.label} returned {got}, which is not the number of hops."
     if len(wrong) > 1:
         message += f" ({len(wrong)} of {len(calls)} calls are wrong.)"
+    other = other_kind_answers(*call.args, **call.kwargs).get(got)
     if mistake:
         message += f"\nLikely mistake: {mistake}."
+    elif other:
+        message += f"\nLikely mistake: {other_kind_hint(kind, other)}."
     raise AssertionError(message)
 
 
@@ -378,7 +501,7 @@ CHECKS = {
         shape_mistakes=RNN_SHAPE_MISTAKES, gradient_mistakes=RNN_GRADIENT_MISTAKES,
     ),
     "grad_norms_wrt_inputs_hidden": function_check(
-        ref.grad_norms_wrt_inputs, _grad_norm_cases, ("norms",), GRAD_MISTAKES, GRAD_ERROR_HINTS, FORBIDDEN,
+        grad_norms_reference, _grad_norm_cases, ("norms",), GRAD_MISTAKES, GRAD_ERROR_HINTS, FORBIDDEN,
         callees=("rnn_forward",), shape_mistakes=GRAD_SHAPE_MISTAKES,
     ),
     "path_length_hidden": Check("path_length", _path_plan, _path_judge, {}, (), ("values",)),
@@ -429,6 +552,8 @@ def path_mistakes(cases):
             wrong = fn(n, kind, k)
             if wrong != right and wrong not in table[(n, kind, k)]:
                 table[(n, kind, k)][wrong] = description
+        for wrong, other in other_kind_answers(n, kind, k).items():
+            table[(n, kind, k)].setdefault(wrong, other_kind_hint(kind, other))
     return table
 
 
@@ -546,4 +671,259 @@ WRONG_ANSWERS = {
     "lstm_handwritten_tanh": WrongAnswer("lstm_cell_step", "torch.sigmoid(i) * torch.tanh(g)",
                                          "torch.sigmoid(i) * (torch.exp(g) - torch.exp(-g)) / (torch.exp(g) + torch.exp(-g))",
                                          "overflows", category="large"),
+}
+
+# --- Issue 15: a learner's trials. Typical mistakes, and pairs of a wrong callee with a correct caller ------
+# written in another call pattern (the caller must not lose points: only the callee's cell is listed in fails).
+
+_GRAD_HEADER = "def grad_norms_wrt_inputs(x: Tensor, h0: Tensor | None, W_xh: Tensor, W_hh: Tensor, b: Tensor) -> Tensor:\n"
+_PATH_HEADER = "def path_length(n: int, kind: str, kernel_size: int = 3) -> int:\n"
+
+# grad_norms_wrt_inputs written with torch.func around the learner's rnn_forward: vmap over the sequences,
+# jacrev of the last state of one sequence with respect to its inputs (a (d_h, T, d_in) Jacobian each).
+GRAD_VMAP_JACREV = _GRAD_HEADER + """    def last_state(xi, hi):
+        h_start = None if hi is None else hi.unsqueeze(0)
+        return rnn_forward(xi.unsqueeze(0), h_start, W_xh, W_hh, b)[1].squeeze(0)  # (d_h,)
+
+    if h0 is None:
+        J = torch.func.vmap(torch.func.jacrev(lambda xi: last_state(xi, None)))(x)
+    else:
+        J = torch.func.vmap(torch.func.jacrev(last_state))(x, h0)  # (batch, d_h, T, d_in)
+    return J.pow(2).sum(dim=(1, 3)).sqrt()
+"""
+# torch.func.grad, one hidden unit of h_T at a time (sequences do not interact: the sum over the batch is fine).
+GRAD_FUNC_GRAD = _GRAD_HEADER + """    squares = x.new_zeros(x.shape[0], x.shape[1])
+    for j in range(W_hh.shape[0]):
+        g = torch.func.grad(lambda xx: rnn_forward(xx, h0, W_xh, W_hh, b)[1][:, j].sum())(x)  # (batch, T, d_in)
+        squares = squares + g.pow(2).sum(dim=-1)
+    return squares.sqrt()
+"""
+# torch.autograd.functional.jacobian of the whole batch: the blocks across sequences are zero, so summing the
+# squares over both batch axes gives each sequence's own norm.
+GRAD_FUNCTIONAL_JACOBIAN = _GRAD_HEADER + """    J = torch.autograd.functional.jacobian(lambda xx: rnn_forward(xx, h0, W_xh, W_hh, b)[1], x)  # (B, d_h, B, T, d_in)
+    return J.pow(2).sum(dim=(0, 1, 4)).sqrt()
+"""
+# A loop of torch.autograd.grad, rnn_forward called with keyword arguments.
+GRAD_AUTOGRAD_LOOP_KEYWORDS = _GRAD_HEADER + """    x = x.detach().clone().requires_grad_(True)
+    _, h_T = rnn_forward(x=x, h0=h0, W_xh=W_xh, W_hh=W_hh, b=b)
+    rows = []
+    for j in range(h_T.shape[-1]):
+        (g,) = torch.autograd.grad(h_T[:, j].sum(), x, retain_graph=True)
+        rows.append(g)
+    J = torch.stack(rows, dim=1)  # (batch, d_h, T, d_in)
+    return torch.sqrt((J ** 2).sum(dim=(1, 3)))
+"""
+# torch.func.jacfwd (forward mode) under vmap.
+GRAD_VMAP_JACFWD = _GRAD_HEADER + """    h_start = x.new_zeros(x.shape[0], W_hh.shape[0]) if h0 is None else h0
+
+    def last_state(xi, hi):
+        return rnn_forward(xi[None], hi[None], W_xh, W_hh, b)[1][0]
+
+    J = torch.func.vmap(torch.func.jacfwd(last_state))(x, h_start)  # (batch, d_h, T, d_in)
+    return torch.linalg.vector_norm(J, dim=(1, 3))
+"""
+# The chain rule, with rnn_forward called once per sequence (keyword h0) and einsum for the products.
+GRAD_CHAIN_PER_SEQUENCE = _GRAD_HEADER + """    rows = []
+    for i in range(x.shape[0]):
+        states, _ = rnn_forward(x[i:i + 1], h0=None if h0 is None else h0[i:i + 1], W_xh=W_xh, W_hh=W_hh, b=b)
+        states = states[0]  # (T, d_h)
+        T, d_h = states.shape
+        G = torch.eye(d_h, dtype=x.dtype, device=x.device)
+        norms = []
+        for t in range(T - 1, -1, -1):
+            G_a = torch.einsum("jk,k->jk", G, 1 - states[t] ** 2)
+            norms.append(torch.linalg.norm(torch.einsum("jk,ik->ji", G_a, W_xh)))
+            G = torch.einsum("jk,lk->jl", G_a, W_hh)
+        rows.append(torch.stack(norms[::-1]))
+    return torch.stack(rows)
+"""
+# The chain rule, with the hidden states from rnn_forward called one step at a time (T = 1 slices, the
+# previous state passed as h0).
+GRAD_CHAIN_PER_STEP = _GRAD_HEADER + """    batch, T, _ = x.shape
+    d_h = W_hh.shape[0]
+    h = h0
+    states = []
+    for t in range(T):
+        _, h = rnn_forward(x[:, t:t + 1], h, W_xh, W_hh, b)
+        states.append(h)
+    G = torch.eye(d_h, dtype=x.dtype, device=x.device).repeat(batch, 1, 1)
+    norms = [None] * T
+    for t in reversed(range(T)):
+        G_a = G * (1 - states[t] ** 2)[:, None, :]
+        norms[t] = (G_a @ W_xh.T).pow(2).sum(dim=(1, 2)).sqrt()
+        G = G_a @ W_hh.T
+    return torch.stack(norms, dim=1)
+"""
+
+VALID_ANSWERS = {
+    "grad_vmap_jacrev": ValidAnswer(
+        (Edit("grad_norms_wrt_inputs", "", GRAD_VMAP_JACREV),),
+        "torch.func.vmap(torch.func.jacrev(...)) around the learner's rnn_forward, one sequence at a time"),
+    "grad_func_grad": ValidAnswer(
+        (Edit("grad_norms_wrt_inputs", "", GRAD_FUNC_GRAD),), "torch.func.grad of one hidden unit of h_T at a time"),
+    "grad_functional_jacobian": ValidAnswer(
+        (Edit("grad_norms_wrt_inputs", "", GRAD_FUNCTIONAL_JACOBIAN),),
+        "torch.autograd.functional.jacobian of the whole batch, squares summed over both batch axes"),
+    "grad_autograd_loop_keywords": ValidAnswer(
+        (Edit("grad_norms_wrt_inputs", "", GRAD_AUTOGRAD_LOOP_KEYWORDS),),
+        "a loop of torch.autograd.grad, rnn_forward called with keyword arguments"),
+    "grad_vmap_jacfwd": ValidAnswer(
+        (Edit("grad_norms_wrt_inputs", "", GRAD_VMAP_JACFWD),), "forward-mode torch.func.jacfwd under vmap"),
+    "grad_chain_per_sequence": ValidAnswer(
+        (Edit("grad_norms_wrt_inputs", "", GRAD_CHAIN_PER_SEQUENCE),),
+        "the chain rule with einsum, rnn_forward called once per sequence with keyword arguments"),
+    "grad_chain_per_step": ValidAnswer(
+        (Edit("grad_norms_wrt_inputs", "", GRAD_CHAIN_PER_STEP),),
+        "the chain rule on states from rnn_forward called one step at a time (T = 1, the state passed as h0)"),
+    "grad_entrywise_item": ValidAnswer(
+        (Edit("grad_norms_wrt_inputs", "norms[:, t] = torch.linalg.matrix_norm(G_a @ W_xh.T)  # dh_T/dx_t, (batch, d_h, d_in)",
+              "J = G_a @ W_xh.T\n        for i in range(batch):\n            norms[i, t] = math.sqrt(float((J[i] ** 2).sum().item()))"),),
+        "each entry computed as a Python float with .item() (reads values: no meta result, which is no device mistake)"),
+    "rnn_zeros_to_x": ValidAnswer(
+        (Edit("rnn_forward", "h = x.new_zeros(batch, W_hh.shape[0]) if h0 is None else h0",
+              "h = torch.zeros(batch, W_hh.shape[0]).to(x) if h0 is None else h0"),),
+        "the zero state created on the CPU in float32, then .to(x) (the inputs' dtype and device)"),
+    "rnn_einsum_unbind": ValidAnswer(
+        (Edit("rnn_forward", "", """def rnn_forward(x, h0, W_xh, W_hh, b):
+    h = torch.zeros(x.shape[0], W_hh.shape[0], dtype=x.dtype, device=x.device) if h0 is None else h0
+    outputs = []
+    for x_t in x.unbind(dim=1):
+        h = torch.tanh(torch.einsum("bi,ih->bh", x_t, W_xh) + torch.einsum("bk,kh->bh", h, W_hh) + b)
+        outputs.append(h)
+    return torch.stack(outputs, dim=1), h
+"""),), "einsum for the products, x.unbind(1) for the steps, torch.zeros(dtype=, device=) for the zero state"),
+    "rnn_cat_and_linear_algebra": ValidAnswer(
+        (Edit("rnn_forward", "", """def rnn_forward(x, h0, W_xh, W_hh, b):
+    batch, T, d_in = x.shape
+    h = x.new_zeros((batch, W_hh.shape[0])) if h0 is None else h0
+    pieces = []
+    for t in range(T):
+        h = torch.tanh(torch.addmm(b, x[:, t, :], W_xh) + torch.matmul(h, W_hh))
+        pieces.append(h.unsqueeze(1))
+    outputs = torch.cat(pieces, dim=1)
+    return outputs, outputs[:, -1]
+"""),), "torch.addmm and torch.cat of unsqueezed states; h_T taken as outputs[:, -1]"),
+    "path_match_statement": ValidAnswer(
+        (Edit("path_length", "", _PATH_HEADER + """    match kind:
+        case _ if n == 1:
+            return 0
+        case "rnn":
+            return n - 1
+        case "attention":
+            return 1
+        case "cnn":
+            layers = 0
+            while 1 + layers * (kernel_size - 1) < n:
+                layers += 1
+            return layers
+        case "dilated_cnn":
+            layers = 0
+            while kernel_size ** layers < n:
+                layers += 1
+            return layers
+"""),), "a match statement (compares kind with ==), while loops for both convolutions"),
+    "path_dict_dispatch": ValidAnswer(
+        (Edit("path_length", "", _PATH_HEADER + """    rules = {
+        "rnn": lambda: n - 1,
+        "attention": lambda: 1,
+        "cnn": lambda: math.ceil((n - 1) / (kernel_size - 1)),
+        "dilated_cnn": lambda: next(L for L in range(n + 1) if kernel_size ** L >= n),
+    }
+    return 0 if n == 1 else int(rules[kind]())
+"""),), "a dict of rules keyed by the kind (hashing compares with ==), math.ceil of a true division"),
+    "lstm_separate_gate_weights": ValidAnswer(
+        (Edit("lstm_cell_step", "", """def lstm_cell_step(x, h, c, W_xh, W_hh, b):
+    d_h = h.shape[-1]
+    def gate(k):
+        cols = slice(k * d_h, (k + 1) * d_h)
+        return x @ W_xh[:, cols] + h @ W_hh[:, cols] + b[cols]
+    i, f, g, o = (gate(k) for k in range(4))
+    c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c_new), c_new
+"""),), "one matrix product per gate on column slices of the weights"),
+    "lstm_unflatten_unbind": ValidAnswer(
+        (Edit("lstm_cell_step", "", """def lstm_cell_step(x, h, c, W_xh, W_hh, b):
+    z = torch.matmul(x, W_xh) + torch.matmul(h, W_hh) + b
+    i, f, g, o = z.unflatten(-1, (4, h.shape[-1])).unbind(dim=-2)
+    i, f, o = (torch.sigmoid(v) for v in (i, f, o))
+    c_new = torch.addcmul(f * c, i, torch.tanh(g))
+    return o * torch.tanh(c_new), c_new
+"""),), "gates by unflatten/unbind, torch.addcmul for the cell update"),
+}
+
+WRONG_ANSWERS.update({
+    # rnn_forward
+    "rnn_no_bias": WrongAnswer("rnn_forward", "xw = x @ W_xh + b", "xw = x @ W_xh", "the bias b is missing"),
+    "rnn_relu": WrongAnswer("rnn_forward", "h = torch.tanh(xw[:, t] + h @ W_hh)", "h = torch.relu(xw[:, t] + h @ W_hh)", "ReLU instead of tanh"),
+    "rnn_h0_ignored": WrongAnswer(
+        "rnn_forward", "h = x.new_zeros(batch, W_hh.shape[0]) if h0 is None else h0", "h = x.new_zeros(batch, W_hh.shape[0])",
+        "h0 is ignored"),
+    "rnn_state_not_carried": WrongAnswer(
+        "rnn_forward", "h = torch.tanh(xw[:, t] + h @ W_hh)",
+        "h = torch.tanh(xw[:, t] + (x.new_zeros(batch, W_hh.shape[0]) if h0 is None else h0) @ W_hh)", "not carried over"),
+    "rnn_squeezed_h_T": WrongAnswer(
+        "rnn_forward", "return torch.stack(outputs, dim=1), h  #", "return torch.stack(outputs, dim=1), h.squeeze()  #",
+        "drops the batch dimension when batch = 1", category="shape"),
+    "rnn_h_T_is_the_first_state": WrongAnswer(
+        "rnn_forward", "return torch.stack(outputs, dim=1), h  #", "return torch.stack(outputs, dim=1), outputs[0]  #",
+        "h_T is not the last hidden state"),
+    # grad_norms_wrt_inputs
+    "grad_time_reversed": WrongAnswer("grad_norms_wrt_inputs", "    return norms", "    return norms.flip(-1)", "time reversed"),
+    "grad_tanh_derivative_one_step_early": WrongAnswer(
+        "grad_norms_wrt_inputs", "G_a = G * (1 - outputs[:, t] ** 2).unsqueeze(1)",
+        "G_a = G * ((1 - outputs[:, t - 1] ** 2) if t > 0 else torch.ones_like(outputs[:, 0])).unsqueeze(1)", "one step early"),
+    "grad_no_input_factor": WrongAnswer(
+        "grad_norms_wrt_inputs", "torch.linalg.matrix_norm(G_a @ W_xh.T)", "torch.linalg.matrix_norm(G_a)", "the factor W_xh^T"),
+    "grad_spectral_norm": WrongAnswer(
+        "grad_norms_wrt_inputs", "torch.linalg.matrix_norm(G_a @ W_xh.T)", "torch.linalg.matrix_norm(G_a @ W_xh.T, ord=2)",
+        "spectral norm"),
+    "grad_func_grad_of_the_sum": WrongAnswer(
+        "grad_norms_wrt_inputs", "", _GRAD_HEADER + "    g = torch.func.grad(lambda xx: rnn_forward(xx, h0, W_xh, W_hh, b)[1].sum())(x)\n"
+        "    return g.norm(dim=-1)\n", "sum of the Jacobian's rows"),
+    # path_length
+    "path_kind_is": WrongAnswer(
+        "path_length", '    if kind == "rnn":\n        return n - 1\n    if kind == "attention":\n        return 1\n    if kind == "cnn":',
+        '    if kind is "rnn":\n        return n - 1\n    if kind is "attention":\n        return 1\n    if kind is "cnn":', "with `is`"),
+    "path_cnn_numpy_ceil": WrongAnswer(
+        "path_length", "return -(-(n - 1) // (kernel_size - 1))",
+        "import numpy as np\n        return np.ceil((n - 1) / (kernel_size - 1))", "Python int"),
+    "path_attention_float": WrongAnswer("path_length", "    if kind == \"attention\":\n        return 1\n",
+                                        "    if kind == \"attention\":\n        return 1.0\n", "Python int"),
+    # lstm_cell_step
+    "lstm_old_cell_state": WrongAnswer("lstm_cell_step", "h_new = torch.sigmoid(o) * torch.tanh(c_new)",
+                                       "h_new = torch.sigmoid(o) * torch.tanh(c)", "old cell state"),
+    "lstm_no_forget_gate": WrongAnswer("lstm_cell_step", "torch.sigmoid(f) * c", "c", "forget gate is not applied"),
+    # Pairs: a wrong rnn_forward, and a correct grad_norms_wrt_inputs written in another call pattern.
+    "rnn_h0_ignored_with_grad_chain_per_step": WrongAnswer(
+        "rnn_forward", "h = x.new_zeros(batch, W_hh.shape[0]) if h0 is None else h0", "h = x.new_zeros(batch, W_hh.shape[0])",
+        "h0 is ignored", also=(Edit("grad_norms_wrt_inputs", "", GRAD_CHAIN_PER_STEP),)),
+    "rnn_no_tanh_with_grad_chain_per_sequence": WrongAnswer(
+        "rnn_forward", "h = torch.tanh(xw[:, t] + h @ W_hh)", "h = xw[:, t] + h @ W_hh", "no tanh",
+        also=(Edit("grad_norms_wrt_inputs", "", GRAD_CHAIN_PER_SEQUENCE),)),
+    "rnn_outputs_shifted_with_grad_keywords": WrongAnswer(
+        "rnn_forward", "        h = torch.tanh(xw[:, t] + h @ W_hh)  # (batch, d_h)\n        outputs.append(h)",
+        "        outputs.append(h)\n        h = torch.tanh(xw[:, t] + h @ W_hh)", "stored before it is updated",
+        also=(Edit("grad_norms_wrt_inputs", "rnn_forward(x, h0, W_xh, W_hh, b)", "rnn_forward(x, W_hh=W_hh, W_xh=W_xh, b=b, h0=h0)"),)),
+    "rnn_no_bias_with_grad_functional_jacobian": WrongAnswer(
+        "rnn_forward", "xw = x @ W_xh + b", "xw = x @ W_xh", "the bias b is missing",
+        also=(Edit("grad_norms_wrt_inputs", "", GRAD_FUNCTIONAL_JACOBIAN),)),
+})
+
+# Pairs of a wrong rnn_forward with a correct grad_norms_wrt_inputs that DIFFERENTIATES it (torch.func, a loop
+# of torch.autograd.grad): the caller still loses its points, because the grader composes the reference with the
+# values the learner's callee returned, and an autograd caller needs the callee's derivatives, which are not
+# recorded (for a callee mistake that keeps the recurrence's form, a missing bias or an ignored h0, the chain
+# rule on the learner's states is the learner's Jacobian, and such pairs keep their points: see
+# rnn_no_bias_with_grad_functional_jacobian). Not in WRONG_ANSWERS until the library can grade an autograd
+# caller with a correct callee (tests/test_checks_ch01.py pins them as expected failures).
+PENDING_WRONG_ANSWERS = {
+    "rnn_no_tanh_with_grad_vmap_jacrev": WrongAnswer(
+        "rnn_forward", "h = torch.tanh(xw[:, t] + h @ W_hh)", "h = xw[:, t] + h @ W_hh", "no tanh",
+        also=(Edit("grad_norms_wrt_inputs", "", GRAD_VMAP_JACREV),)),
+    "rnn_w_hh_transposed_with_grad_autograd_loop": WrongAnswer(
+        "rnn_forward", "+ h @ W_hh)", "+ h @ W_hh.T)", "W_hh used transposed",
+        also=(Edit("grad_norms_wrt_inputs", "", GRAD_AUTOGRAD_LOOP_KEYWORDS),)),
+    "rnn_relu_with_grad_func_grad": WrongAnswer(
+        "rnn_forward", "h = torch.tanh(xw[:, t] + h @ W_hh)", "h = torch.relu(xw[:, t] + h @ W_hh)", "ReLU instead of tanh",
+        also=(Edit("grad_norms_wrt_inputs", "", GRAD_FUNC_GRAD),)),
 }

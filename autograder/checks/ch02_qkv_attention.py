@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from autograder.checks import Call, Case, Check, Seeded, WrongAnswer, function_check, generator, outcome, run_local
+from autograder.checks import Call, Case, Check, Edit, Returned, Seeded, ValidAnswer, WrongAnswer, function_check, generator, outcome, run_local
 from solutions import ch02_qkv_attention as ref
 
 # --- Known mistakes -----------------------------------------------------------------------------
@@ -24,12 +24,12 @@ def _naive_softmax(x, dim=-1):
 
 
 def _sdpa_variant(q, k, v, mask=None, softmax_dim=-1, scale=None, invert_mask=False, mask_after=False, transpose_k=True,
-                  mask_zero=False, naive=False):
+                  mask_zero=False, naive=False, fill=float("-inf"), mask_ignored=False):
     scale = math.sqrt(q.size(-1)) if scale is None else scale
     scores = q @ (k.transpose(-2, -1) if transpose_k else k) / scale
-    keep = None if mask is None else (mask if not invert_mask else ~mask)
+    keep = None if mask is None or mask_ignored else (mask if not invert_mask else ~mask)
     if keep is not None and not mask_after:
-        scores = scores.masked_fill(~keep, 0.0 if mask_zero else float("-inf"))
+        scores = scores.masked_fill(~keep, 0.0 if mask_zero else fill)
     weights = (_naive_softmax if naive else ref.stable_softmax)(scores, dim=softmax_dim)
     if keep is not None and mask_after:
         weights = weights.masked_fill(~keep, 0.0)
@@ -45,11 +45,19 @@ def _whole_tensor_max(x, dim=-1):
 
 SOFTMAX_MISTAKES = {
     "the `dim` argument is ignored (softmax always over the last dimension)": lambda x, dim=-1: ref.stable_softmax(x, dim=-1),
-    "softmax over the whole tensor instead of along `dim`": lambda x, dim=-1: torch.exp(x) / torch.exp(x).sum(),
+    # (with the maximum subtracted, so that on large inputs it is not the same NaNs as "no max subtracted")
+    "softmax over the whole tensor instead of along `dim`": lambda x, dim=-1: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(),
     "the maximum is taken over the whole tensor (x.max()), not along `dim`: slices far below it underflow to 0/0": _whole_tensor_max,
 }
 
 ALL_SOFTMAX_MISTAKES = {**STABILITY_MISTAKES, **SOFTMAX_MISTAKES}
+
+# Named by the visible check of a float64 case only, [0., -200.] (where float32 gives exactly [1., 0.]): the hidden checks
+# name it from the values (every value a float32 number, within float32 rounding of the reference).
+PRECISION_MISTAKES = {
+    "computed in float32 and cast back to float64: precision is lost (e^-200 becomes 0); keep the input's dtype throughout (no .float())":
+        lambda x, dim=-1: ref.stable_softmax(x.float(), dim=dim).to(x.dtype),
+}
 
 SDPA_MISTAKES = {
     "softmax over the wrong dimension (dim=-2, the queries, instead of dim=-1, the keys)": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, softmax_dim=-2),
@@ -60,6 +68,13 @@ SDPA_MISTAKES = {
     "K is not transposed: the scores are Q Kᵀ, not Q K": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, transpose_k=False),
     "masked scores set to 0 instead of -inf: a 0 score still gets weight e^0 / sum; use float('-inf')": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, mask_zero=True),
     "a softmax without the max subtracted overflows for large scores (inf / inf = nan)": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, naive=True),
+    "d_k read from the wrong dimension (q.shape[1]): with batch and head dimensions in front, d_k is the last one, q.shape[-1]": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, scale=math.sqrt(q.shape[1])),
+    "masked scores filled with a large negative number (e.g. -1e9) instead of -inf: a query whose keys are all masked then gets equal weights on every key, instead of none": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, fill=-1e9),
+    "the mask is not used: masked_fill returns a new tensor, so assign its result (scores = scores.masked_fill(...))": lambda q, k, v, mask=None: _sdpa_variant(q, k, v, mask, mask_ignored=True),
+}
+
+SDPA_SHAPE_MISTAKES = {
+    "output and weights returned in the wrong order: return output, weights": lambda q, k, v, mask=None: ref.scaled_dot_product_attention(q, k, v, mask)[::-1],
 }
 
 
@@ -70,24 +85,29 @@ def _self_attention_scaled_by_d_model(x, w_q, w_k, w_v, mask=None):
 SELF_ATTENTION_MISTAKES = {
     "scores scaled by sqrt(d_model) (the width of x) instead of sqrt(d_k) (the width of Q and K)": _self_attention_scaled_by_d_model,
     "Q, K and V projected with the wrong weight matrices (check which of w_q, w_k, w_v each uses)": lambda x, w_q, w_k, w_v, mask=None: ref.scaled_dot_product_attention(x @ w_k, x @ w_q, x @ w_v, mask),
+    "one weight matrix used twice (K = x @ w_q): check which of w_q, w_k, w_v each projection uses": lambda x, w_q, w_k, w_v, mask=None: ref.scaled_dot_product_attention(x @ w_q, x @ w_q, x @ w_v, mask),
+    "the mask is not used: pass it on, scaled_dot_product_attention(q, k, v, mask)": lambda x, w_q, w_k, w_v, mask=None: ref.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v),
     **{
         m: (lambda f: lambda x, w_q, w_k, w_v, mask=None: f(x @ w_q, x @ w_k, x @ w_v, mask))(f)
-        for m, f in SDPA_MISTAKES.items()
+        for m, f in SDPA_MISTAKES.items() if not m.startswith("the mask is not used")
     },
 }
 
 # Hints for errors, per function: the same error message means different things in different functions.
 SOFTMAX_ERROR_HINTS = {
     "must match the size": "the maximum and the sum must keep the reduced dimension (keepdim=True), so they broadcast against x.",
+    "values to unpack": "code written for one number of dimensions (e.g. n, m = x.shape works only for matrices): stable_softmax must work along any dim of a tensor of any shape (vectors, matrices, batches).",
     "Expected a proper Tensor but got": "a tensor created on another device; create tensors with device=x.device.",
 }
 SDPA_ERROR_HINTS = {
+    "to have the same dtype": "tensors of two dtypes met (float32 and float64): keep the inputs' dtype throughout (no .float()); your stable_softmax must return x's dtype too.",
     "cannot be multiplied": "K is not transposed: the scores are Q Kᵀ, so transpose the last two dimensions of k (k.transpose(-2, -1)).",
     "must match the size": "a shape mismatch: the scores (..., n, m) come from q (..., n, d_k) and k (..., m, d_k); the mask must broadcast to them.",
     "Expected `value` to be on same device": "the fill value is a tensor on another device: use a Python number, float('-inf').",
     "Expected a proper Tensor but got": "a tensor created on another device; create tensors with device=q.device.",
 }
 SELF_ATTENTION_ERROR_HINTS = {
+    "to have the same dtype": "tensors of two dtypes met (float32 and float64): keep the inputs' dtype throughout (no .float()), in the projections and in the functions self_attention calls.",
     "cannot be multiplied": "project with x @ w_q, x @ w_k, x @ w_v: w_q is a (d_model, d_k) matrix used as it is (no .T; these are not nn.Linear weights).",
     "must match the size": "a shape mismatch: Q = x @ w_q has shape (..., n, d_k); the mask must broadcast to (..., n, n).",
 }
@@ -146,6 +166,12 @@ def _attention_cases(seed):
             f"batch {b}, {h} heads: q, k, v of shape ({b}, {h}, {n}, 16), causal mask ({n}, {n})",
             (torch.randn(b, h, n, 16, generator=g), torch.randn(b, h, n, 16, generator=g), torch.randn(b, h, n, 16, generator=g), causal),
         ),
+        # A query whose keys are all masked (row 1): its weights and output may be NaN (0/0) or zeros, nothing else.
+        Case(
+            "a query that may attend to no key: q (4, 8), k (5, 8), v (5, 3), mask (4, 5) whose row 1 is all False",
+            (torch.randn(4, 8, generator=g), torch.randn(5, 8, generator=g), torch.randn(5, 3, generator=g),
+             torch.tensor([[True, True, False, True, False], [False] * 5, [True] * 5, [False, False, False, False, True]])),
+        ),
         # Scores in the thousands: exp overflows in float32 unless the softmax subtracts the row maximum.
         Case(
             "large scores: q, k of shape (2, 6, 8) with entries up to about 100 (scores up to a few thousand), causal mask",
@@ -160,11 +186,18 @@ def _self_attention_cases(seed):
     causal = torch.ones(6, 6, dtype=torch.bool).tril()
     return [
         Case("x (4, 8), d_k = d_v = 4", (torch.randn(4, 8, generator=g), *(torch.randn(8, 4, generator=g) for _ in range(3)))),
+        # d_model = 12, d_k = 4: sqrt(d_model) is not d_k, so "scaled by sqrt(d_model)" and "divided by d_k" differ.
         Case(
-            "x (2, 6, 16), d_k = 4, d_v = 8, causal mask",
-            (torch.randn(2, 6, 16, generator=g), torch.randn(16, 4, generator=g), torch.randn(16, 4, generator=g), torch.randn(16, 8, generator=g), causal),
+            "x (2, 6, 12), d_k = 4, d_v = 8, causal mask",
+            (torch.randn(2, 6, 12, generator=g), torch.randn(12, 4, generator=g), torch.randn(12, 4, generator=g), torch.randn(12, 8, generator=g), causal),
         ),
         Case("x (3, 2, 5, 12), d_k = d_v = 6", (torch.randn(3, 2, 5, 12, generator=g), *(torch.randn(12, 6, generator=g) for _ in range(3)))),
+        # A query that may attend to no key (row 2): NaN or zeros there, as in scaled_dot_product_attention.
+        Case(
+            "a query that may attend to no key: x (2, 4, 8), d_k = d_v = 4, mask (4, 4) whose row 2 is all False",
+            (torch.randn(2, 4, 8, generator=g), *(torch.randn(8, 4, generator=g) for _ in range(3)),
+             torch.tensor([[True, False, False, False], [True, True, False, False], [False] * 4, [True, True, False, True]])),
+        ),
         Case(
             "large scores: x (2, 5, 8) with entries up to about 30, d_k = d_v = 4",
             (30 * torch.randn(2, 5, 8, generator=g), *(torch.randn(8, 4, generator=g) for _ in range(3))),
@@ -194,7 +227,9 @@ def _variance_judge(calls, records, function="dot_product_variance"):
         results = [outcome(r, function, call.label, VARIANCE_ERROR_HINTS, FORBIDDEN) for r in records[first:first + 2]]
         result = results[0]
         if not (len(result) == 2 and all(isinstance(r, float) for r in result)):
-            raise AssertionError(f"{function} should return a tuple of two Python floats, got {result!r}.")
+            kinds = ", ".join("a tensor" if isinstance(r, Returned) else type(r).__name__ for r in result)
+            tensors = " (use .item() to turn a one-number tensor into a float)" if any(isinstance(r, Returned) for r in result) else ""
+            raise AssertionError(f"{function} should return a tuple of two Python floats, got {len(result)} value(s): {kinds}{tensors}.")
         if results[1] != result:
             raise AssertionError(f"{function} gave different results for the same generator seed: draw the samples with generator=generator.")
         raw, scaled = result
@@ -213,7 +248,7 @@ CHECKS = {
     ),
     "scaled_dot_product_attention_hidden": function_check(
         ref.scaled_dot_product_attention, _attention_cases, ("output", "weights"), SDPA_MISTAKES, SDPA_ERROR_HINTS, FORBIDDEN,
-        callees=("stable_softmax",), categories=("values", "shape", "dtype", "device", "large"),
+        callees=("stable_softmax",), categories=("values", "shape", "dtype", "device", "large"), shape_mistakes=SDPA_SHAPE_MISTAKES,
     ),
     "self_attention_hidden": function_check(
         ref.self_attention, _self_attention_cases, ("output", "weights"), SELF_ATTENTION_MISTAKES, SELF_ATTENTION_ERROR_HINTS, FORBIDDEN,
@@ -280,8 +315,8 @@ WRONG_ANSWERS = {
     "k_not_transposed": WrongAnswer(
         "scaled_dot_product_attention", "q @ k.transpose(-2, -1) / math.sqrt(d_k)", "q @ k / math.sqrt(d_k)",
         "K is not transposed", category="shape",
-        # A callee that raises stops its caller too: self_attention loses its points, with a message naming it.
-        fails=frozenset({"scaled_dot_product_attention_hidden", "self_attention_hidden"}),
+        # The callee raises inside a correct self_attention: the grader proves the callee wrong on the recorded
+        # call, so self_attention keeps its points (a callee's mistake costs points only in its own exercise).
     ),
     "mask_with_zero": WrongAnswer(
         "scaled_dot_product_attention", 'scores.masked_fill(~mask, float("-inf"))', "scores.masked_fill(~mask, 0.0)",
@@ -295,7 +330,7 @@ WRONG_ANSWERS = {
     ),
     "sdpa_scores_in_float32": WrongAnswer(
         "scaled_dot_product_attention", "scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)", "scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(d_k)",
-        "dtype", category="dtype", fails=frozenset({"scaled_dot_product_attention_hidden", "self_attention_hidden"}),
+        "dtype", category="dtype",  # self_attention, which calls it, keeps its points
     ),
     "sdpa_naive_softmax": WrongAnswer(
         "scaled_dot_product_attention", "weights = stable_softmax(scores, dim=-1)",
@@ -313,14 +348,13 @@ WRONG_ANSWERS = {
     ),
     "softmax_in_float32": WrongAnswer(
         "stable_softmax", "e = torch.exp(x - x_max)", "e = torch.exp((x - x_max).float())", "dtype", category="dtype",
-        # float32 weights @ float64 values raise in the callers: they lose points, with a message naming stable_softmax.
-        fails=frozenset({"stable_softmax_hidden", "scaled_dot_product_attention_hidden", "self_attention_hidden"}),
+        # float32 weights @ float64 values raise in the (correct) callers: they keep their points, the softmax is proven wrong.
     ),
     "softmax_max_to_cpu": WrongAnswer(
         "stable_softmax", "x_max = x.amax(dim=dim, keepdim=True)", "x_max = x.amax(dim=dim, keepdim=True).cpu()", "device", category="device",
     ),
     "self_attention_wrong_weights": WrongAnswer(
-        "self_attention", "k = x @ w_k", "k = x @ w_q", "wrong values",
+        "self_attention", "k = x @ w_k", "k = x @ w_q", "one weight matrix used twice",
     ),
     "self_attention_in_float32": WrongAnswer(
         "self_attention", "    q = x @ w_q", "    x, w_q, w_k, w_v = x.float(), w_q.float(), w_k.float(), w_v.float()\n    q = x @ w_q", "dtype", category="dtype",
@@ -348,5 +382,191 @@ WRONG_ANSWERS = {
     ),
     "variance_divided_by_d_k": WrongAnswer(
         "dot_product_variance", "(scores / math.sqrt(d_k)).var()", "(scores / d_k).var()", "divide by sqrt(d_k), not d_k",
+    ),
+}
+
+# --- Issue 15: what a learner met, as cases (mistakes, pairs of a wrong callee with a correct caller) --------
+
+_SOFTMAX_FOR_MATRICES_ONLY = '''def stable_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    n, m = x.shape  # written for a matrix of scores: raises for vectors and batches
+    if dim in (0, -2):
+        return stable_softmax(x.T, dim=-1).T
+    x_max = x.amax(dim=1, keepdim=True)
+    e = torch.exp(x - x_max)
+    return e / e.sum(dim=1, keepdim=True)
+'''
+
+_SDPA_PER_BATCH_LOOP = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    if mask is not None and mask.dtype != torch.bool:
+        raise TypeError("mask must be a bool tensor")
+    *batch, n, d_k = q.shape
+    m, d_v = k.shape[-2], v.shape[-1]
+    qs, ks, vs = q.reshape(-1, n, d_k), k.reshape(-1, m, d_k), v.reshape(-1, m, d_v)
+    masks = None if mask is None else mask.expand(*batch, n, m).reshape(-1, n, m)
+    outputs, weights = [], []
+    for i in range(qs.shape[0]):  # one (n, m) matrix of scores at a time
+        scores = qs[i] @ ks[i].T / math.sqrt(d_k)
+        if masks is not None:
+            scores = scores.masked_fill(~masks[i], float("-inf"))
+        w = stable_softmax(scores, dim=-1)
+        outputs.append(w @ vs[i])
+        weights.append(w)
+    return torch.stack(outputs).reshape(*batch, n, d_v), torch.stack(weights).reshape(*batch, n, m)
+'''
+
+_SELF_ATTENTION_VMAP = '''def self_attention(x, w_q, w_k, w_v, mask=None):
+    if x.dim() > 2:  # one sequence at a time, with torch.func.vmap over the leading dimension
+        if mask is None:
+            return torch.func.vmap(lambda xi: self_attention(xi, w_q, w_k, w_v))(x)
+        mask = mask.expand(*x.shape[:-1], x.shape[-2])
+        return torch.func.vmap(lambda xi, mi: self_attention(xi, w_q, w_k, w_v, mi))(x, mask)
+    return scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v, mask)
+'''
+
+WRONG_ANSWERS.update({
+    "sdpa_d_k_from_dim_1": WrongAnswer(
+        "scaled_dot_product_attention", "d_k = q.size(-1)", "d_k = q.shape[1]", "d_k read from the wrong dimension", category="values",
+    ),
+    "self_attention_drops_mask": WrongAnswer(
+        "self_attention", "return scaled_dot_product_attention(q, k, v, mask)", "return scaled_dot_product_attention(q, k, v)",
+        "the mask is not used",
+    ),
+    "softmax_float32_cast_back": WrongAnswer(
+        "stable_softmax", "    x_max = x.amax(dim=dim, keepdim=True)  # (..., 1, ...) the largest entry along dim\n"
+        "    e = torch.exp(x - x_max)  # every exponent <= 0\n    return e / e.sum(dim=dim, keepdim=True)",
+        "    x32 = x.float()  # computed in float32, cast back to the input's dtype at the end\n"
+        "    e = torch.exp(x32 - x32.amax(dim=dim, keepdim=True))\n    return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)",
+        "cast back", category="dtype",
+    ),
+    "sdpa_fill_minus_1e9": WrongAnswer(
+        "scaled_dot_product_attention", 'scores.masked_fill(~mask, float("-inf"))', "scores.masked_fill(~mask, -1e9)",
+        "a large negative number (e.g. -1e9) instead of -inf",
+    ),
+    "sdpa_masked_fill_not_assigned": WrongAnswer(
+        "scaled_dot_product_attention", 'scores = scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(~mask, float("-inf"))',
+        "the mask is not used",
+    ),
+    "self_attention_weights_transposed": WrongAnswer(
+        "self_attention", "q = x @ w_q", "q = x @ w_q.T", "no .T", category="shape",
+    ),
+    "sdpa_returns_weights_first": WrongAnswer(
+        "scaled_dot_product_attention", "return weights @ v, weights", "return weights, weights @ v",
+        "output and weights returned in the wrong order", category="shape",
+    ),
+    "variance_returns_tensors": WrongAnswer(
+        "dot_product_variance", "return scores.var().item(), (scores / math.sqrt(d_k)).var().item()",
+        "return scores.var(), (scores / math.sqrt(d_k)).var()", "tuple of two Python floats",
+    ),
+    # Pairs: a wrong callee with a correct caller (the reference, or written in another call pattern). The
+    # callers must keep their points: a callee's mistake costs points only in the callee's own exercise.
+    "softmax_for_matrices_only": WrongAnswer(
+        "stable_softmax", "", _SOFTMAX_FOR_MATRICES_ONLY, "not enough values to unpack", category="shape",
+    ),
+    "softmax_guard_on_cpu": WrongAnswer(
+        "stable_softmax", "    e = torch.exp(x - x_max)",
+        "    x_max = torch.where(x_max.isfinite(), x_max, torch.zeros(x_max.shape))  # rows of -inf: no device=\n    e = torch.exp(x - x_max)",
+        "device", category="device",
+    ),
+    "softmax_edits_its_input": WrongAnswer(
+        "stable_softmax", "e = torch.exp(x - x_max)", "e = torch.exp(x.sub_(x_max))  # in place: changes the caller's tensor",
+        "changed its input tensors in place",
+    ),
+    "softmax_only_last_dim": WrongAnswer(
+        "stable_softmax", "    x_max = x.amax(dim=dim, keepdim=True)",
+        '    if dim not in (-1, x.dim() - 1):\n        raise ValueError("only dim=-1 is supported")\n    x_max = x.amax(dim=dim, keepdim=True)',
+        "only dim=-1 is supported",
+    ),
+    "softmax_no_max_with_sdpa_loop": WrongAnswer(
+        "stable_softmax", "x_max = x.amax(dim=dim, keepdim=True)", "x_max = 0", "no max subtracted", category="large",
+        also=(Edit("scaled_dot_product_attention", "", _SDPA_PER_BATCH_LOOP),),
+    ),
+    "softmax_whole_tensor_max_with_sdpa_einsum": WrongAnswer(
+        "stable_softmax", "x_max = x.amax(dim=dim, keepdim=True)", "x_max = x.max()", "the maximum is taken over the whole tensor",
+        category="large",
+        also=(Edit("scaled_dot_product_attention", "q @ k.transpose(-2, -1) / math.sqrt(d_k)", 'torch.einsum("...nd,...md->...nm", q, k) / math.sqrt(d_k)'),
+              Edit("scaled_dot_product_attention", "return weights @ v, weights", 'return torch.einsum("...nm,...md->...nd", weights, v), weights')),
+    ),
+    "sdpa_inverted_mask_with_self_attention_vmap": WrongAnswer(
+        "scaled_dot_product_attention", "scores.masked_fill(~mask,", "scores.masked_fill(mask,", "inverted mask",
+        also=(Edit("self_attention", "", _SELF_ATTENTION_VMAP),),
+    ),
+    "sdpa_missing_scale_with_self_attention_keywords": WrongAnswer(
+        "scaled_dot_product_attention", "q @ k.transpose(-2, -1) / math.sqrt(d_k)", "q @ k.transpose(-2, -1)", "missing scale",
+        also=(Edit("self_attention", "return scaled_dot_product_attention(q, k, v, mask)", "return scaled_dot_product_attention(q=q, k=k, v=v, mask=mask)"),),
+    ),
+})
+
+# --- Correct answers written unlike the reference: full marks, visibly and hidden, on every seed ----------
+
+VALID_ANSWERS = {
+    "softmax_logsumexp": ValidAnswer(
+        (Edit("stable_softmax", "    x_max = x.amax(dim=dim, keepdim=True)  # (..., 1, ...) the largest entry along dim\n"
+              "    e = torch.exp(x - x_max)  # every exponent <= 0\n    return e / e.sum(dim=dim, keepdim=True)",
+              "    return torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))"),),
+        why="exp(x - logsumexp(x)): stable, no max written out",
+    ),
+    "softmax_moved_to_last_dim": ValidAnswer(
+        (Edit("stable_softmax", "", '''def stable_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    y = x.movedim(dim, -1)  # work along the last dimension, then move it back
+    y_max, _ = y.max(dim=-1, keepdim=True)
+    e = (y - y_max).exp()
+    return (e / e.sum(-1, keepdim=True)).movedim(-1, dim)
+'''),),
+        why="movedim to the last dimension and back, max(...).values",
+    ),
+    "sdpa_einsum_where": ValidAnswer(
+        (Edit("scaled_dot_product_attention", "q @ k.transpose(-2, -1) / math.sqrt(d_k)", 'torch.einsum("...nd,...md->...nm", q, k) / math.sqrt(d_k)'),
+         Edit("scaled_dot_product_attention", 'scores = scores.masked_fill(~mask, float("-inf"))', 'scores = torch.where(mask, scores, float("-inf"))'),
+         Edit("scaled_dot_product_attention", "return weights @ v, weights", 'return torch.einsum("...nm,...md->...nd", weights, v), weights')),
+        why="einsum for both products, torch.where for the mask",
+    ),
+    "sdpa_prescaled_q_mT": ValidAnswer(
+        (Edit("scaled_dot_product_attention", "q @ k.transpose(-2, -1) / math.sqrt(d_k)", "(q / d_k ** 0.5) @ k.mT"),
+         Edit("scaled_dot_product_attention", "scores.masked_fill(~mask,", "scores.masked_fill(mask == 0,")),
+        why="q scaled before the product, k.mT, mask == 0",
+    ),
+    "sdpa_per_batch_loop": ValidAnswer((Edit("scaled_dot_product_attention", "", _SDPA_PER_BATCH_LOOP),),
+                                       why="a loop over the flattened batch, the learner's stable_softmax on each matrix"),
+    "sdpa_vmap": ValidAnswer(
+        (Edit("scaled_dot_product_attention", "    d_k = q.size(-1)", '''    if q.dim() > 2:  # torch.func.vmap over the leading dimension, down to matrices
+        if mask is None:
+            return torch.func.vmap(scaled_dot_product_attention)(q, k, v)
+        mask = mask.expand(*q.shape[:-1], k.shape[-2])
+        return torch.func.vmap(scaled_dot_product_attention)(q, k, v, mask)
+    d_k = q.size(-1)'''),),
+        why="torch.func.vmap over the batch, recursively",
+    ),
+    "sdpa_zeros_for_fully_masked_rows": ValidAnswer(
+        (Edit("scaled_dot_product_attention", "    return weights @ v, weights",
+              "    weights = torch.nan_to_num(weights, nan=0.0)  # a query with no allowed key: zeros, as F.scaled_dot_product_attention\n"
+              "    return weights @ v, weights"),),
+        why="zeros instead of NaN for a query whose keys are all masked",
+    ),
+    "self_attention_einsum_keywords": ValidAnswer(
+        (Edit("self_attention", "    q = x @ w_q  # (..., n, d_k)\n    k = x @ w_k  # (..., n, d_k)\n    v = x @ w_v  # (..., n, d_v)\n"
+              "    return scaled_dot_product_attention(q, k, v, mask)",
+              '    q, k, v = (torch.einsum("...nd,de->...ne", x, w) for w in (w_q, w_k, w_v))\n'
+              "    return scaled_dot_product_attention(q=q, k=k, v=v, mask=mask)"),),
+        why="einsum projections, the learner's attention called with keywords",
+    ),
+    "self_attention_per_batch_loop": ValidAnswer(
+        (Edit("self_attention", "", '''def self_attention(x, w_q, w_k, w_v, mask=None):
+    if x.dim() > 2:  # one sequence at a time
+        if mask is not None:
+            mask = mask.expand(*x.shape[:-1], x.shape[-2])
+        pairs = [self_attention(x[i], w_q, w_k, w_v, None if mask is None else mask[i]) for i in range(x.shape[0])]
+        return torch.stack([out for out, _ in pairs]), torch.stack([w for _, w in pairs])
+    return scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v, mask)
+'''),),
+        why="a loop over the batch calling the learner's attention per sequence",
+    ),
+    "self_attention_vmap": ValidAnswer((Edit("self_attention", "", _SELF_ATTENTION_VMAP),), why="torch.func.vmap over the batch"),
+    "variance_one_draw_einsum": ValidAnswer(
+        (Edit("dot_product_variance", "", '''def dot_product_variance(d_k, n_samples, generator=None):
+    q, k = torch.randn(2, n_samples, d_k, generator=generator, dtype=torch.float64)
+    scores = torch.einsum("nd,nd->n", q, k)
+    return float(scores.var()), float((scores / d_k ** 0.5).var())
+'''),),
+        why="one draw for q and k, einsum, float64, float(...)",
     ),
 }

@@ -7,8 +7,12 @@
   slips of a hand calculation.
 - Exercises 3-4 (functions): `attention_steps` and `multi_head_steps` return a dict of every step; each
   step is compared with the reference. `multi_head_steps` calls `attention_steps` (callees): it is also right
-  when it equals the reference composed with what the learner's attention_steps returned, so a wrong
-  attention_steps costs points in its own exercise only (one that raises stops multi_head_steps too).
+  when it equals the reference composed with what the learner's attention_steps returned, and a call pattern
+  other than the reference's (a per-head loop) or an error over a callee proven wrong costs it nothing (the
+  library's rule), so a wrong attention_steps costs points in its own exercise only; except inside a torch.func
+  transform, where the callee's values cannot be recorded (the notebook says so).
+- VALID_ANSWERS are correct answers written unlike the reference (einsum, loops, vmap, keyword calls, typed
+  answers in other forms); the learner-trial tests grade them on several seeds.
 - MISTAKES catalogues name a learner's mistake; WRONG_ANSWERS are typical mistakes as edits of the reference
   source (for the end-to-end and learner-trial tests); FORBIDDEN and SHORTCUT_NAMES are the built-ins these
   exercises ask the learner not to call.
@@ -20,8 +24,8 @@ import math
 import torch
 
 from autograder.checks import (
-    Call, Case, Check, Returned, Unreadable, WrongAnswer, decode_value, function_check, generator, run_local,
-    typed_answer_check,
+    Call, Case, Check, Edit, Returned, Unreadable, ValidAnswer, WrongAnswer, decode_value, function_check, generator,
+    run_local, typed_answer_check,
 )
 from solutions import ch03_worked_examples as ref
 from solutions.ch02_qkv_attention import stable_softmax
@@ -142,7 +146,7 @@ def typed_step_check(name):
         try:
             base.judge(calls[:1], records[:1], function=function)
         except AssertionError as failure:
-            message = str(failure)
+            message = str(failure)  # its first line names the table and the entries that are off
             if "Likely mistake" not in message:
                 slip = _named_slip(name, mine, prev if previous and prev is not None and prev.shape == EXACT[previous].shape else None)
                 if slip:
@@ -158,7 +162,8 @@ def typed_step_check(name):
 
 
 def _steps_variant(q, k, v, mask=None, softmax_dim=-1, scale=None, invert_mask=False, mask_after=False,
-                   fill=float("-inf"), mask_scores=False, naive=False, transpose_k=True):
+                   fill=float("-inf"), mask_scores=False, naive=False, transpose_k=True, return_unmasked=False,
+                   times_inf=False, softmax_of_scores=False):
     """attention_steps with one typical mistake switched on."""
     scale = math.sqrt(q.size(-1)) if scale is None else scale
     scores = q @ (k.transpose(-2, -1) if transpose_k else k)
@@ -166,19 +171,33 @@ def _steps_variant(q, k, v, mask=None, softmax_dim=-1, scale=None, invert_mask=F
     if keep is not None and mask_scores:
         scores = scores.masked_fill(~keep, float("-inf"))
     scaled = scores / scale
-    if keep is not None and not mask_after:
+    unmasked = scaled
+    if keep is not None and times_inf:
+        scaled = scaled + (~keep).to(scaled.dtype) * float("-inf")  # 0 * -inf is NaN where the mask is True
+    elif keep is not None and not mask_after:
         scaled = scaled.masked_fill(~keep, fill)
+    source = scores if softmax_of_scores else scaled
     if naive:
-        e = scaled.exp()
+        e = source.exp()
         weights = e / e.sum(softmax_dim, keepdim=True)
     else:
-        weights = stable_softmax(scaled, dim=softmax_dim)
+        weights = stable_softmax(source, dim=softmax_dim)
     if keep is not None and mask_after:
         weights = weights.masked_fill(~keep, 0.0)
-    return {"scores": scores, "scaled": scaled, "weights": weights, "output": weights @ v}
+    return {"scores": scores, "scaled": unmasked if return_unmasked else scaled, "weights": weights, "output": weights @ v}
+
+
+def _float32_sqrt(d):
+    """sqrt(d) as torch.sqrt(torch.tensor(d)) gives it: computed in float32 (a learner's tensor without dtype=)."""
+    return torch.sqrt(torch.tensor(d)).item()
 
 
 ATTENTION_STEPS_MISTAKES = {
+    # Listed first: a mask applied after the softmax also returns `scaled` unmasked, and on `scaled` alone the
+    # visible check names the first entry that gives it; this description is true of both.
+    "`scaled` returned without the mask: where the mask is False, `scaled` itself must hold -inf (mask the scaled scores, then take the softmax of them and return them)": lambda q, k, v, mask=None: _steps_variant(q, k, v, mask, return_unmasked=True),
+    # before "missing scale": the same weights, but `scaled` right (which the visible check compares first)
+    "the softmax takes `scores`, not `scaled`: the weights are the softmax of the scaled (and masked) scores": lambda q, k, v, mask=None: _steps_variant(q, k, v, mask, softmax_of_scores=True),
     "softmax over the wrong dimension (dim=-2, the queries, instead of dim=-1, the keys)": lambda q, k, v, mask=None: _steps_variant(q, k, v, mask, softmax_dim=-2),
     "missing scale: `scaled` is the scores divided by sqrt(d_k)": lambda q, k, v, mask=None: _steps_variant(q, k, v, mask, scale=1.0),
     "scores divided by d_k instead of sqrt(d_k)": lambda q, k, v, mask=None: _steps_variant(q, k, v, mask, scale=q.size(-1)),
@@ -191,6 +210,9 @@ ATTENTION_STEPS_MISTAKES = {
     "the mask applied to `scores` (step 1): `scores` stays Q Kᵀ, unmasked; the mask acts on `scaled` (step 2)": lambda q, k, v, mask=None: _steps_variant(q, k, v, mask, mask_scores=True),
     "no max subtracted in the softmax, so exp overflows for large scores (use stable_softmax)": lambda q, k, v, mask=None: _steps_variant(q, k, v, mask, naive=True),
     "K is not transposed: the scores are Q Kᵀ (k.transpose(-2, -1)), not Q K": lambda q, k, v, mask=None: _steps_variant(q, k, v, mask, transpose_k=False),
+    "d_k read from the wrong dimension: d_k is the width of q and k, q.size(-1) (q.shape[1] is a batch or head dim when q has more than 2 dims)": lambda q, k, v, mask=None: _steps_variant(q, k, v, mask, scale=math.sqrt(q.shape[1])),
+    "sqrt(d_k) computed in float32 (torch.tensor(d_k) is a float32 tensor), which loses precision in float64: use math.sqrt(d_k)": lambda q, k, v, mask=None: _steps_variant(q, k, v, mask, scale=_float32_sqrt(q.size(-1))),
+    "mask added as (~mask) * -inf: 0 * -inf is NaN, so every allowed score becomes NaN (fill the masked entries with -inf instead, e.g. with masked_fill)": lambda q, k, v, mask=None: _steps_variant(q, k, v, mask, times_inf=True),
 }
 
 ATTENTION_STEPS_HINTS = {
@@ -231,6 +253,9 @@ def _attention_steps_cases(seed):
     lengths = torch.tensor([6, 3])
     padding = (torch.arange(6)[None, :] < lengths[:, None])[:, None, None, :]  # (2, 1, 1, 6): True = may attend
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    no_key = torch.rand(4, 5, generator=g) < 0.6
+    no_key[:3, 0] = True  # every other query may attend to some key
+    no_key[3] = False  # the last query may attend to none: its weights and output are NaN (0/0) or zeros, both right
     q_big, k_big = _peaked((2, 3), 4, 5, 8, g)  # scores 0 or 2500 ... 4900
     return [
         Case("q (3, 4), k (5, 4), v (5, 2)", (torch.randn(3, 4, generator=g), torch.randn(5, 4, generator=g), torch.randn(5, 2, generator=g))),
@@ -239,6 +264,10 @@ def _attention_steps_cases(seed):
             (torch.randn(2, 3, 4, 8, generator=g), torch.randn(2, 3, 6, 8, generator=g), torch.randn(2, 3, 6, 5, generator=g), padding),
         ),
         Case("q, k, v (2, 5, 16), causal mask (5, 5)", tuple(torch.randn(2, 5, 16, generator=g) for _ in range(3)) + (causal,)),
+        Case(
+            "q (2, 4, 6), k (2, 5, 6), v (2, 5, 3), a mask (4, 5) whose last query has no allowed key",
+            (torch.randn(2, 4, 6, generator=g), torch.randn(2, 5, 6, generator=g), torch.randn(2, 5, 3, generator=g), no_key),
+        ),
         Case(
             "large scores (in the thousands): q (2, 3, 4, 8), k (2, 3, 5, 8), v (2, 3, 5, 3)",
             (q_big, k_big, torch.randn(2, 3, 5, 3, generator=g, dtype=torch.float64)),
@@ -254,11 +283,13 @@ def _split(t, h):
 
 
 def _multi_head_variant(x_q, x_k, x_v, w_q, w_k, w_v, w_o, n_heads, mask=None, split="right", merge="right",
-                        scale=None, w_o_t=False, swap=False, ignore_mask=False, naive=False):
+                        scale=None, w_o_t=False, swap=False, ignore_mask=False, naive=False, keys_from_q=False, pre_scale=False):
     """multi_head_steps with one typical mistake switched on."""
     if swap:
         w_q, w_k = w_k, w_q
-    q, k, v = x_q @ w_q, x_k @ w_k, x_v @ w_v
+    q, k, v = x_q @ w_q, (x_q if keys_from_q else x_k) @ w_k, x_v @ w_v
+    if pre_scale:
+        q = q / math.sqrt(w_q.size(-1) // n_heads)
 
     def cut(t):
         if split == "no_transpose":  # (..., T, h*d) -> (..., h, T, d) by reshape alone: the transpose trap
@@ -276,6 +307,8 @@ def _multi_head_variant(x_q, x_k, x_v, w_q, w_k, w_v, w_o, n_heads, mask=None, s
         concat = heads.flatten(-2)
     elif merge == "no_transpose":
         concat = heads.reshape(*heads.shape[:-3], heads.size(-2), -1)
+    elif merge == "interleaved":  # (..., h, n, d_v) -> (..., n, d_v, h): column j*h + i is column j of head i
+        concat = heads.movedim(-3, -1).flatten(-2)
     else:
         concat = heads.transpose(-3, -2).flatten(-2)
     output = concat if w_o is None else concat @ (w_o.transpose(-2, -1) if w_o_t else w_o)
@@ -296,6 +329,9 @@ MULTI_HEAD_MISTAKES = {
     "the mask is not passed on to the heads": _mh(ignore_mask=True),
     "the head dim is not moved before the sequence dim: q_heads must be (..., h, n, d_k), so transpose after splitting": _mh(split="no_move"),
     "no max subtracted in a head's softmax, so exp overflows for large scores (call attention_steps, or use stable_softmax)": _mh(naive=True),
+    "heads put side by side with their columns interleaved: concat must hold head 0's d_v columns first, then head 1's, ... (transpose (..., h, n, d_v) to (..., n, h, d_v), then flatten)": _mh(merge="interleaved"),
+    "keys projected from x_q: the keys are projected from x_k, k = x_k @ w_k (in cross-attention x_k is another sequence than x_q)": _mh(keys_from_q=True),
+    "the queries scaled twice: q scaled by 1/sqrt(d_k) before attention_steps, which scales the scores again (`q` is x_q @ w_q, unscaled)": _mh(pre_scale=True),
 }
 
 
@@ -317,6 +353,9 @@ MULTI_HEAD_HINTS = {
     "Cannot copy out of meta tensor": "a tensor created without device= (e.g. concat = torch.zeros(...)) is filled with results "
                                       "computed on another device: create it with device=x_q.device, or build concat without filling in.",
     "has no attribute 'items'": "multi_head_steps returns a dict with the keys the docstring lists.",
+    "and 'NoneType'": "w_o is None here: then there is no output projection, and `output` is `concat` itself.",
+    "one value per key": "attention_steps was given keys and values of different lengths: the keys are projected from x_k and the "
+                         "values from x_v (k = x_k @ w_k, v = x_v @ w_v; in cross-attention x_q has another length).",
 }
 
 
@@ -410,9 +449,6 @@ def _typed_edit(name, values, diagnosis, visible, category="typed"):
     return WrongAnswer(name, ref.ANSWER_CELLS[name], ref._typed(name, values), diagnosis, category=category, visible=visible)
 
 
-# A wrong attention_steps that raises makes multi_head_steps raise too: the library grades a caller against the
-# reference composed with what the learner's callee returned, and a callee that raises returned nothing.
-RAISING_CALLEE = frozenset({"attention_steps_hidden", "multi_head_steps_hidden"})
 _MH_SOURCE = inspect.getsource(ref.multi_head_steps)
 _MH_SPLIT_TO_CONCAT = _MH_SOURCE[_MH_SOURCE.index("q_heads, k_heads, v_heads = "):_MH_SOURCE.index('.flatten(-2)') + len('.flatten(-2)')]
 _one_not_divided = EXACT["scaled"].clone()
@@ -450,13 +486,13 @@ WRONG_ANSWERS = {
         "    scaled = scores / math.sqrt(d_k)\n",
         "the mask applied to `scores`",
     ),
-    # (these two raise inside attention_steps, so multi_head_steps, which calls it, cannot run either: see RAISING_CALLEE)
+    # (these two raise inside attention_steps: multi_head_steps, which calls it, raises too, and loses nothing for it)
     "steps_k_dot_t": WrongAnswer("attention_steps", "scores = q @ k.transpose(-2, -1)", "scores = q @ k.T", "k.T and k.t() reverse every dimension",
-                                 fails=RAISING_CALLEE, category="shape"),
+                                 category="shape"),
     "steps_scores_in_float32": WrongAnswer(
         "attention_steps", "    scores = q @ k.transpose(-2, -1)  # (..., n, m)\n",
         "    scores = torch.zeros(*q.shape[:-1], k.size(-2))  # filled in below\n    scores += q @ k.transpose(-2, -1)\n",
-        "created without dtype=", fails=RAISING_CALLEE, category="dtype",
+        "created without dtype=", category="dtype",
     ),
     "steps_default_mask_on_cpu": WrongAnswer(
         "attention_steps",
@@ -528,3 +564,197 @@ WRONG_ANSWERS = {
         "no max subtracted", category="large",
     ),
 }
+
+
+# --- Learners' trials (issue 15): more typical mistakes, valid answers written unlike the reference, and wrong
+# callees paired with a correct caller written in another call pattern --------------------------------------
+
+_STEPS_SOURCE = inspect.getsource(ref.attention_steps)
+_MASK_BLOCK = (
+    "    if mask is not None:\n"
+    '        scaled = scaled.masked_fill(~mask, float("-inf"))  # masked keys get weight exactly 0\n'
+)
+_HEADS_CALL = "    steps = attention_steps(q_heads, k_heads, v_heads, mask)  # each head scales by sqrt(d_k of one head)\n"
+
+# multi_head_steps' step 3 written as a loop over the heads, calling the learner's attention_steps once per head
+# (the mask broadcast to every head first, then cut like the heads)
+_PER_HEAD_LOOP = (
+    "    per_head = []\n"
+    "    for i in range(n_heads):\n"
+    "        head_mask = None\n"
+    "        if mask is not None:\n"
+    "            full = torch.broadcast_to(mask, (*q_heads.shape[:-1], k_heads.size(-2)))\n"
+    "            head_mask = full[..., i, :, :]\n"
+    "        per_head.append(attention_steps(q_heads[..., i, :, :], k_heads[..., i, :, :], v_heads[..., i, :, :], head_mask))\n"
+    "    steps = {key: torch.stack([s[key] for s in per_head], dim=-3) for key in ('scores', 'scaled', 'weights', 'output')}\n"
+)
+# ... as torch.func.vmap over the head dim (-3), the mask broadcast to every head first
+_VMAP_HEADS = (
+    "    if mask is None:\n"
+    "        steps = torch.func.vmap(attention_steps, in_dims=-3, out_dims=-3)(q_heads, k_heads, v_heads)\n"
+    "    else:\n"
+    "        full = torch.broadcast_to(mask, (*q_heads.shape[:-1], k_heads.size(-2)))\n"
+    "        steps = torch.func.vmap(attention_steps, in_dims=-3, out_dims=-3)(q_heads, k_heads, v_heads, full)\n"
+)
+_KEYWORD_CALL = "    steps = attention_steps(q=q_heads, k=k_heads, v=v_heads, mask=mask)\n"
+# ... without calling attention_steps at all: every head at once, by einsum
+_OWN_STEPS = (
+    "    scores = torch.einsum('...hnd,...hmd->...hnm', q_heads, k_heads)\n"
+    "    scaled = scores / math.sqrt(q_heads.size(-1))\n"
+    "    if mask is not None:\n"
+    "        scaled = scaled.masked_fill(~mask, float('-inf'))\n"
+    "    weights = stable_softmax(scaled, dim=-1)\n"
+    "    steps = {'scores': scores, 'scaled': scaled, 'weights': weights,\n"
+    "             'output': torch.einsum('...hnm,...hmd->...hnd', weights, v_heads)}\n"
+)
+
+ATTENTION_STEPS_WHOLE_CELL = {
+    # a learner's own softmax (the max subtracted, like stable_softmax), einsum, torch.where, d_k from k
+    "own_softmax_einsum": (
+        "def attention_steps(q, k, v, mask=None):\n"
+        "    scores = torch.einsum('...nd,...md->...nm', q, k)\n"
+        "    scaled = scores / k.shape[-1] ** 0.5\n"
+        "    if mask is not None:\n"
+        "        scaled = torch.where(mask, scaled, -math.inf)\n"
+        "    e = torch.exp(scaled - scaled.amax(dim=-1, keepdim=True))\n"
+        "    weights = e / e.sum(dim=-1, keepdim=True)\n"
+        "    output = torch.einsum('...nm,...md->...nd', weights, v)\n"
+        "    return dict(scores=scores, scaled=scaled, weights=weights, output=output)\n"
+    ),
+}
+
+VALID_ANSWERS = {
+    # attention_steps
+    "steps_own_softmax_einsum": ValidAnswer(
+        (Edit("attention_steps", "", ATTENTION_STEPS_WHOLE_CELL["own_softmax_einsum"]),),
+        why="einsum for both products, its own max-subtracted softmax, torch.where for the mask, d_k from k, no input validation",
+    ),
+    "steps_additive_mask": ValidAnswer(
+        (Edit("attention_steps", '        scaled = scaled.masked_fill(~mask, float("-inf"))',
+              '        scaled = scaled + torch.zeros_like(scaled).masked_fill(mask.logical_not(), -math.inf)'),),
+        why="the mask added as a tensor of 0 and -inf (built with zeros_like: same dtype and device)",
+    ),
+    "steps_scale_as_tensor": ValidAnswer(
+        (Edit("attention_steps", "scaled = scores / math.sqrt(d_k)",
+              "scaled = scores / torch.tensor(d_k, dtype=q.dtype, device=q.device).sqrt()"),),
+        why="sqrt(d_k) as a tensor created with the inputs' dtype and device",
+    ),
+    "steps_zeros_for_rows_with_no_key": ValidAnswer(
+        (Edit("attention_steps", "    output = weights @ v  # (..., n, d_v)\n",
+              "    weights = torch.nan_to_num(weights, nan=0.0)  # a query with no allowed key attends to nothing\n"
+              "    output = weights @ v\n"),),
+        why="zeros instead of NaN in the weights and output of a query with no allowed key (the course's rule accepts both)",
+    ),
+    "steps_mask_compared_with_false": ValidAnswer(
+        (Edit("attention_steps", "scaled.masked_fill(~mask,", "scaled.masked_fill(mask == False,"),),  # noqa: E712 (as learners write it)
+        why="`mask == False` instead of `~mask`",
+    ),
+    # multi_head_steps: other call patterns of the learner's attention_steps, or none
+    "heads_loop_over_attention_steps": ValidAnswer(
+        (Edit("multi_head_steps", _HEADS_CALL, _PER_HEAD_LOOP),),
+        why="attention_steps called once per head in a loop, the results stacked",
+    ),
+    "heads_vmap_attention_steps": ValidAnswer(
+        (Edit("multi_head_steps", _HEADS_CALL, _VMAP_HEADS),),
+        why="attention_steps mapped over the heads with torch.func.vmap",
+    ),
+    "heads_keyword_call": ValidAnswer(
+        (Edit("multi_head_steps", _HEADS_CALL, _KEYWORD_CALL),),
+        why="attention_steps called with keyword arguments",
+    ),
+    "heads_own_steps_einsum": ValidAnswer(
+        (Edit("multi_head_steps", _HEADS_CALL, _OWN_STEPS),),
+        why="every head's steps computed by einsum in multi_head_steps itself, without calling attention_steps",
+    ),
+    "heads_split_by_chunk_merge_by_cat": ValidAnswer(
+        (Edit("multi_head_steps", "(t.unflatten(-1, (n_heads, -1)).transpose(-3, -2) for t in (q, k, v))",
+              "(torch.stack(t.chunk(n_heads, dim=-1), dim=-3) for t in (q, k, v))"),
+         Edit("multi_head_steps", 'concat = steps["output"].transpose(-3, -2).flatten(-2)',
+              'concat = torch.cat([steps["output"][..., i, :, :] for i in range(n_heads)], dim=-1)')),
+        why="heads split with chunk + stack and put side by side with torch.cat over a loop",
+    ),
+    # typed answers in other valid forms
+    "typed_scores_as_ints": ValidAnswer((Edit("scores", "", "scores = [[4, 1, 3], [0, 2, 3]]"),), why="whole numbers typed as ints"),
+    "typed_scaled_as_fractions": ValidAnswer((Edit("scaled", "", "scaled = [[4 / 2, 1 / 2, 3 / 2], [0 / 2, 2 / 2, 3 / 2]]"),),
+                                             why="each scaled score written as a division"),
+    "typed_weights_with_math_exp": ValidAnswer(
+        (Edit("weights", "",
+              "import math\n"
+              "_e = [[math.exp(2.0), math.exp(0.5), math.exp(1.5)], [math.exp(0.0), math.exp(1.0), math.exp(1.5)]]\n"
+              "weights = [[x / sum(row) for x in row] for row in _e]"),),
+        why="the weights worked out with math.exp in the cell (a calculator), at full precision"),
+    "typed_output_three_decimals_tuple": ValidAnswer((Edit("output", "", "output = ((1.878, 0.454), (1.668, 0.878))"),),
+                                                     why="a tuple of tuples, three decimals"),
+}
+
+_MISSING_SCALE = ("scaled = scores / math.sqrt(d_k)", "scaled = scores")
+
+WRONG_ANSWERS.update({
+    # attention_steps: more typical mistakes
+    "steps_d_k_from_dim_1": WrongAnswer("attention_steps", "d_k = q.size(-1)", "d_k = q.shape[1]", "d_k read from the wrong dimension"),
+    "steps_scale_in_float32": WrongAnswer(
+        "attention_steps", "scaled = scores / math.sqrt(d_k)", "scaled = scores / torch.sqrt(torch.tensor(d_k))",
+        "computed in float32", category="dtype",
+    ),
+    "steps_masked_copy_returned_unmasked": WrongAnswer(
+        "attention_steps", _MASK_BLOCK + "    weights = stable_softmax(scaled, dim=-1)  # (..., n, m)\n",
+        "    masked = scaled\n"
+        "    if mask is not None:\n"
+        '        masked = scaled.masked_fill(~mask, float("-inf"))\n'
+        "    weights = stable_softmax(masked, dim=-1)\n",
+        "`scaled` returned without the mask",
+    ),
+    "steps_mask_after_renormalised": WrongAnswer(
+        "attention_steps", _MASK_BLOCK + "    weights = stable_softmax(scaled, dim=-1)  # (..., n, m)\n",
+        "    weights = stable_softmax(scaled, dim=-1)\n"
+        "    if mask is not None:\n"
+        "        weights = weights * mask\n"
+        "        weights = weights / weights.sum(dim=-1, keepdim=True)\n",
+        "`scaled` returned without the mask",
+    ),
+    "steps_mask_times_minus_inf": WrongAnswer(
+        "attention_steps", '        scaled = scaled.masked_fill(~mask, float("-inf"))',
+        '        scaled = scaled + (~mask) * float("-inf")', "0 * -inf is NaN",
+    ),
+    "steps_softmax_of_scores": WrongAnswer(
+        "attention_steps", "stable_softmax(scaled, dim=-1)", "stable_softmax(scores, dim=-1)", "the softmax takes `scores`",
+    ),
+    # multi_head_steps: more typical mistakes
+    "heads_keys_from_x_q": WrongAnswer("multi_head_steps", "k = x_k @ w_k", "k = x_q @ w_k", "keys projected from x_q"),
+    "heads_merged_interleaved": WrongAnswer(
+        "multi_head_steps", 'concat = steps["output"].transpose(-3, -2).flatten(-2)',
+        'concat = steps["output"].movedim(-3, -1).flatten(-2)', "columns interleaved",
+    ),
+    "heads_w_o_none_not_handled": WrongAnswer(
+        "multi_head_steps", "    output = concat if w_o is None else concat @ w_o  # (..., n, d_out)",
+        "    output = concat @ w_o", "w_o is None here", category="shape",
+    ),
+    "heads_q_scaled_before_the_callee": WrongAnswer(
+        "multi_head_steps", "    q = x_q @ w_q  # (..., n, h*d_k)",
+        "    q = x_q @ w_q / math.sqrt(w_q.size(1) // n_heads)  # scaled here already", "scaled twice",
+    ),
+    # a wrong attention_steps with a correct multi_head_steps that calls it in another pattern: only exercise 3 loses
+    "pair_missing_scale_with_per_head_loop": WrongAnswer(
+        "attention_steps", *_MISSING_SCALE, "missing scale", also=(Edit("multi_head_steps", _HEADS_CALL, _PER_HEAD_LOOP),),
+    ),
+    "pair_softmax_dim_with_vmap": WrongAnswer(
+        "attention_steps", "stable_softmax(scaled, dim=-1)", "stable_softmax(scaled, dim=-2)", "softmax over the wrong dimension",
+        also=(Edit("multi_head_steps", _HEADS_CALL, _VMAP_HEADS),),
+        # the exception the notebook states: inside torch.func.vmap the callee's values cannot be recorded, so the
+        # caller cannot be graded apart from it (tests/test_checks_ch03.py pins text and grading together)
+        fails=frozenset({"attention_steps_hidden", "multi_head_steps_hidden"}),
+    ),
+    "pair_inverted_mask_with_keyword_call": WrongAnswer(
+        "attention_steps", "scaled.masked_fill(~mask,", "scaled.masked_fill(mask,", "inverted mask",
+        also=(Edit("multi_head_steps", _HEADS_CALL, _KEYWORD_CALL),),
+    ),
+    "pair_naive_softmax_with_own_steps": WrongAnswer(
+        "attention_steps", "    weights = stable_softmax(scaled, dim=-1)  # (..., n, m)\n",
+        "    e = torch.exp(scaled)\n    weights = e / e.sum(dim=-1, keepdim=True)\n", "no max subtracted", category="large",
+        also=(Edit("multi_head_steps", _HEADS_CALL, _OWN_STEPS),),
+    ),
+    "pair_scales_q_in_place": WrongAnswer(
+        "attention_steps", "    scores = q @ k.transpose(-2, -1)  # (..., n, m)\n",
+        "    q /= math.sqrt(d_k)  # changes the caller's tensor\n    scores = q @ k.transpose(-2, -1)\n", "in place",
+    ),
+})

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder.checks import (
-    Call, Case, ModuleCase, WrongAnswer, function_check, generator, grader_weights, module_check, run_local,
+    Call, Case, Edit, ModuleCase, Returned, ValidAnswer, WrongAnswer, function_check, generator, grader_weights, module_check, run_local,
 )
 from autograder.nbchecks import CheckFailed
 from solutions import ch04_multi_head as ref
@@ -98,10 +98,23 @@ def large_score_inputs(state, q_name, k_name, n_heads, batch, seq, g, low=200.0,
 
 
 def demo_module(cls, init, salt=0, dtype=torch.float64, train=False):
-    """cls(**init) with demo_weights, in dtype and train()/eval() (the visible checks' module, at build time)."""
-    module = cls(**init)
+    """cls(**init) with demo_weights, in dtype and train()/eval() (the visible checks' module, at build time).
+
+    The weights are what the notebook's module holds: demo_weights' float64 values rounded to float32 (the
+    learner's module is built in float32, loads them, then .double()). The module is built in float64 and the
+    weights are cast, never computed, in float32, so no float32 arithmetic reaches a value written into the
+    notebook (the builder refuses those)."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        module = cls(**init)
+    finally:
+        torch.set_default_dtype(default)
     demo_weights(module, {name: tuple(p.shape) for name, p in module.named_parameters()}, salt)
-    return module.to(dtype).train(train)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(p.float().double())  # rounded to float32 by casts, no arithmetic
+    return (module if dtype == torch.float64 else module.to(dtype)).train(train)
 
 
 def demo_run(cls, init, salt=0, train=False):
@@ -286,9 +299,10 @@ class _MHA(ref.MultiHeadAttention):
     merge_fn = staticmethod(ref.merge_heads)
     softmax = staticmethod(stable_softmax)
     softmax_dim = -1
-    scale_by_d_model = False
+    scale = "sqrt(d_k)"  # sqrt(d_k) | sqrt(d_model) | d_k | none: what the scores are divided by
     use_w_o = True
     invert_mask = False
+    mask_mode = "fill -inf"  # fill -inf | fill 0 | after softmax | ignored
     kv_from_query = False
     swap_kv = False
     dropout_on = "weights"  # weights | output | none | always
@@ -303,10 +317,14 @@ class _MHA(ref.MultiHeadAttention):
         q = self.split_fn(self.w_q(query), self.n_heads)  # (B, H, Tq, d_k)
         k = self.split_fn(self.w_k(key), self.n_heads)  # (B, H, Tk, d_k)
         v = self.split_fn(self.w_v(value), self.n_heads)  # (B, H, Tk, d_k)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_model if self.scale_by_d_model else self.d_k)
-        if mask is not None:
-            scores = scores.masked_fill(mask if self.invert_mask else ~mask, float("-inf"))
+        divisor = {"sqrt(d_k)": math.sqrt(self.d_k), "sqrt(d_model)": math.sqrt(self.d_model), "d_k": self.d_k, "none": 1.0}[self.scale]
+        scores = q @ k.transpose(-2, -1) / divisor
+        if mask is not None and self.mask_mode in ("fill -inf", "fill 0"):
+            fill = float("-inf") if self.mask_mode == "fill -inf" else 0.0
+            scores = scores.masked_fill(mask if self.invert_mask else ~mask, fill)
         weights = self.softmax(scores, dim=self.softmax_dim)
+        if mask is not None and self.mask_mode == "after softmax":
+            weights = weights * mask
         dropped = weights
         if self.dropout_on == "weights":
             dropped = self.dropout(weights)
@@ -335,17 +353,25 @@ MHA_MISTAKES = {
     "heads merged with a reshape straight to (B, T, D), without transposing back": _mha(merge_fn=staticmethod(_merge_no_transpose)),
     "heads concatenated in the wrong order (interleaved feature by feature)": _mha(merge_fn=staticmethod(_merge_interleaved)),
     "softmax over the wrong dimension (the queries, dim=-2, instead of the keys, dim=-1)": _mha(softmax_dim=-2),
-    "scores divided by sqrt(d_model) instead of sqrt(d_k), the width of one head": _mha(scale_by_d_model=True),
+    "scores divided by sqrt(d_model) instead of sqrt(d_k), the width of one head": _mha(scale="sqrt(d_model)"),
+    "scores divided by d_k instead of sqrt(d_k) (e.g. scaled twice: q or the scores divided by sqrt(d_k) before "
+    "calling scaled_dot_product_attention, which divides by sqrt(d_k) again)": _mha(scale="d_k"),
+    "scores not divided by sqrt(d_k) at all": _mha(scale="none"),
+    "masked scores set to 0 instead of -inf: a score of 0 still gets weight after the softmax": _mha(mask_mode="fill 0"),
+    "mask applied after the softmax: the weights of a masked row no longer sum to 1 (fill the scores with -inf "
+    "before the softmax)": _mha(mask_mode="after softmax"),
+    "the mask is not used: pass it to scaled_dot_product_attention": _mha(mask_mode="ignored"),
     "the output projection w_o is missing: the concatenated heads must go through self.w_o": _mha(use_w_o=False),
     "inverted mask: in this course True means 'may attend'": _mha(invert_mask=True),
     "keys and values projected from the query input: in cross-attention they come from `key` and `value`": _mha(kv_from_query=True),
     "key and value swapped: K = w_k(key), V = w_v(value)": _mha(swap_kv=True),
     "a softmax without the row maximum subtracted overflows for large scores (use the course's "
     "scaled_dot_product_attention)": _mha(softmax=staticmethod(_naive_softmax)),
+    # before "dropout is not applied": both return the undropped weights, and only this one keeps the output right
+    "the returned weights are the ones before dropout: return the weights that multiplied V": _mha(return_undropped=True),
     "dropout is not applied in training mode: apply self.dropout to the attention weights": _mha(dropout_on="none"),
     "dropout is applied in eval mode too: use self.dropout (nn.Dropout), which is off after .eval()": _mha(dropout_on="always"),
     "dropout applied to the output instead of the attention weights": _mha(dropout_on="output"),
-    "the returned weights are the ones before dropout: return the weights that multiplied V": _mha(return_undropped=True),
     "the weights are averaged over the heads (nn.MultiheadAttention's default): return them per head, (B, H, Tq, Tk)": _mha(average_heads=True),
 }
 
@@ -359,7 +385,9 @@ MHA_HINTS = {
     "view size is not compatible": "after a transpose the tensor is not contiguous; use .reshape(...) or "
     ".contiguous().view(...).",
     "Expected a proper Tensor but got": "a tensor created on another device; create tensors with device=x.device.",
-    "values to unpack": "forward returns two values: (output, weights).",
+    "values to unpack": "forward returns two values: (output, weights). If the error comes from merge_heads, it got "
+    "heads that are not 4-D (B, H, Tq, d_k): often a mask given a head axis it already has (mask.unsqueeze(1) on a "
+    "(B, 1, 1, Tk) padding mask makes the scores 5-D); use the mask as given, it broadcasts to (B, H, Tq, Tk).",
     "must match the size of tensor": "two tensors do not broadcast: do the keys and values come from `key` and "
     "`value` (not from `query`), and does the mask broadcast to (B, n_heads, Tq, Tk)?",
 }
@@ -372,6 +400,7 @@ class _SA(ref.SelfAttention):
 
     project = True
     scale_by_embed = False
+    scale_by_head_dim = False  # head_dim instead of sqrt(head_dim)
     invert_mask = False
     softmax_dim = 3
     softmax = staticmethod(stable_softmax)
@@ -391,7 +420,7 @@ class _SA(ref.SelfAttention):
         energy = torch.einsum("nqhd,nkhd->nhqk", queries, keys)
         if mask is not None:
             energy = energy.masked_fill((mask != 0) if self.invert_mask else (mask == 0), -1e20)
-        scale = (self.embed_size if self.scale_by_embed else self.head_dim) ** 0.5
+        scale = (self.embed_size if self.scale_by_embed else self.head_dim) ** (1.0 if self.scale_by_head_dim else 0.5)
         attention = self.softmax(energy / scale, dim=self.softmax_dim)
         out = torch.einsum("nhqk,nkhd->nqhd", attention, values).reshape(N, query_len, self.embed_size)
         return self.fc_out(out) if self.use_fc_out else out
@@ -408,6 +437,7 @@ SA_MISTAKES = {
     "them before the reshape into heads": _sa(project=False),
     "bug 2 is not fixed: the scores are divided by sqrt(embed_size), but each head's dot products have "
     "head_dim terms: divide by sqrt(head_dim)": _sa(scale_by_embed=True),
+    "bug 2 fixed with head_dim instead of sqrt(head_dim): divide the scores by head_dim ** 0.5": _sa(scale_by_head_dim=True),
     "the argument order was changed: the class is called as forward(values, keys, query, mask), as in the "
     "notes (that order is unusual, but it is not one of the bugs)": _sa(query_first=True),
     "inverted mask: the positions where mask == 0 (False) are the ones that may not be attended": _sa(invert_mask=True),
@@ -498,14 +528,16 @@ def _mha_cases(seed):
     def r(*shape):
         return torch.randn(*shape, generator=g)
 
-    x, x6 = r(2, 5, 16), r(2, 6, 32)
+    # No case has d_model = d_k ** 2 (e.g. 16 with 4 heads): there sqrt(d_model) = d_k, and dividing the scores by
+    # sqrt(d_model), by d_k, or by sqrt(d_k) twice would give the same values, so the mistake could not be named.
+    x, x6 = r(2, 5, 24), r(2, 6, 32)
     causal = torch.ones(6, 6, dtype=torch.bool).tril()  # True = may attend
     keep = (torch.arange(7)[None, :] < torch.tensor([7, 4, 2])[:, None])[:, None, None, :]  # (3, 1, 1, 7)
     large_init = {"d_model": 16, "n_heads": 2}
     state = _grader_state(ref.MultiHeadAttention, large_init, seed, MHA_SALT + MHA_LARGE_INDEX)
     q_in, k_in = large_score_inputs(state, "w_q", "w_k", 2, 2, 6, g)
     cases = [
-        ModuleCase("self-attention, d_model = 16, 4 heads, x (2, 5, 16)", {"d_model": 16, "n_heads": 4}, (x, x, x)),
+        ModuleCase("self-attention, d_model = 24, 4 heads, x (2, 5, 24)", {"d_model": 24, "n_heads": 4}, (x, x, x)),
         ModuleCase("one head, d_model = 8: query (1, 3, 8), key (1, 5, 8), value (1, 5, 8), all different",
                    {"d_model": 8, "n_heads": 1}, (r(1, 3, 8), r(1, 5, 8), r(1, 5, 8))),
         ModuleCase("cross-attention, d_model = 24, 3 heads, query (3, 4, 24), key = value (3, 7, 24), padding mask (3, 1, 1, 7)",
@@ -514,12 +546,12 @@ def _mha_cases(seed):
                    {"d_model": 32, "n_heads": 8, "bias": False}, (x6, x6, x6), {"mask": causal}),
         ModuleCase("large scores (a few hundred to a few thousand): d_model = 16, 2 heads, query, key, value (2, 6, 16)",
                    large_init, (q_in.float(), k_in.float(), r(2, 6, 16))),
-        ModuleCase("eval() with dropout = 1.0 (no dropout at inference), d_model = 16, 2 heads",
-                   {"d_model": 16, "n_heads": 2, "dropout": 1.0}, (x, x, x)),
-        ModuleCase("train() with dropout = 1.0 (every attention weight dropped), d_model = 16, 4 heads",
-                   {"d_model": 16, "n_heads": 4, "dropout": 1.0}, (x, x, x), train=True),
-        ModuleCase("train() with dropout = 0.0, d_model = 16, 4 heads, causal mask",
-                   {"d_model": 16, "n_heads": 4, "dropout": 0.0}, (x6[:, :, :16], x6[:, :, :16], x6[:, :, :16]), {"mask": causal}, train=True),
+        ModuleCase("eval() with dropout = 1.0 (no dropout at inference), d_model = 24, 2 heads",
+                   {"d_model": 24, "n_heads": 2, "dropout": 1.0}, (x, x, x)),
+        ModuleCase("train() with dropout = 1.0 (every attention weight dropped), d_model = 24, 4 heads",
+                   {"d_model": 24, "n_heads": 4, "dropout": 1.0}, (x, x, x), train=True),
+        ModuleCase("train() with dropout = 0.0, d_model = 24, 4 heads, causal mask",
+                   {"d_model": 24, "n_heads": 4, "dropout": 0.0}, (x6[:, :, :24], x6[:, :, :24], x6[:, :, :24]), {"mask": causal}, train=True),
     ]
     assert cases[MHA_LARGE_INDEX].init is large_init
     return cases
@@ -534,14 +566,14 @@ def _sa_cases(seed):
     def r(*shape):
         return torch.randn(*shape, generator=g)
 
-    x, x6 = r(2, 5, 16), r(2, 6, 32)
+    x, x6 = r(2, 5, 24), r(2, 6, 32)  # no embed_size = head_dim ** 2 (sqrt(embed_size) = head_dim): see _mha_cases
     causal = torch.ones(6, 6, dtype=torch.bool).tril()
     keep = (torch.arange(7)[None, :] < torch.tensor([7, 5, 3])[:, None])[:, None, None, :]  # (3, 1, 1, 7)
     large_init = {"embed_size": 16, "heads": 2}
     state = _grader_state(ref.SelfAttention, large_init, seed, SA_SALT + SA_LARGE_INDEX)
     q_in, k_in = large_score_inputs(state, "queries", "keys", 2, 2, 5, g)
     cases = [
-        ModuleCase("self-attention, embed_size = 16, 4 heads, x (2, 5, 16), mask None", {"embed_size": 16, "heads": 4}, (x, x, x, None)),
+        ModuleCase("self-attention, embed_size = 24, 4 heads, x (2, 5, 24), mask None", {"embed_size": 24, "heads": 4}, (x, x, x, None)),
         ModuleCase("values, keys and query all different, (2, 5, 12) each, 3 heads, mask None",
                    {"embed_size": 12, "heads": 3}, (r(2, 5, 12), r(2, 5, 12), r(2, 5, 12), None)),
         ModuleCase("values (3, 7, 24), keys (3, 7, 24), query (3, 4, 24), 3 heads, padding mask (3, 1, 1, 7)",
@@ -557,7 +589,23 @@ def _sa_cases(seed):
 
 
 _SPLIT = function_check(ref.split_heads, _split_cases, ("heads",), SPLIT_MISTAKES, SPLIT_MERGE_HINTS, FORBIDDEN)
-_COUNT = function_check(ref.mha_parameter_count, lambda seed: [], ("count",), COUNT_MISTAKES, COUNT_HINTS, FORBIDDEN, meta=False)
+def _count_is_int(call, record, got, expected):
+    """The count is a Python int, as the exercise asks (12.0, or a tensor holding 12, is not): the same rule
+    as every integer answer of the course."""
+    value = got[0] if got else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return
+    kind = "a tensor" if isinstance(value, Returned) else f"a {type(value).__name__}"
+    shown = "" if isinstance(value, Returned) else f" ({value!r})"
+    raise AssertionError(
+        f"count of mha_parameter_count on {call.label}: {kind}{shown}, expected a Python int. A count of "
+        "parameters is a whole number: return an int (e.g. no / division, no float(...), no torch.tensor(...); "
+        "int(...) of an exact count is fine)."
+    )
+
+
+_COUNT = function_check(ref.mha_parameter_count, lambda seed: [], ("count",), COUNT_MISTAKES, COUNT_HINTS, FORBIDDEN, meta=False,
+                        extra=_count_is_int)
 _COUNT.plan = _count_plan
 
 CHECKS = {
@@ -625,12 +673,11 @@ def _own_attention(scale="self.d_k", dim="-1", softmax="stable_softmax(scores, d
     )
 
 
-# A callee that raises, or returns another shape or dtype, also breaks a correct MultiHeadAttention that calls
-# it: the judge composes the reference with the learner's callee results, which cannot repair that. The
-# caller's feedback then names the callee as the cause (callee_blame), but the caller loses its points too.
-_CALLER_TOO = {
-    fn: frozenset({f"{fn}_hidden", "MultiHeadAttention_hidden"}) for fn in ("split_heads", "merge_heads")
-}
+# A callee that raises, or returns another shape or dtype, stops a correct MultiHeadAttention that calls it from
+# running; the judge then finds the callee's recorded call proven wrong (the reference callee, run in the grading
+# process on the same inputs, gives something else) and charges nothing to the caller: the callee's own check
+# takes the points, as the notebook promises. (These entries once listed MultiHeadAttention_hidden too.)
+_CALLER_TOO = {fn: frozenset({f"{fn}_hidden"}) for fn in ("split_heads", "merge_heads")}
 
 WRONG_ANSWERS = {
     # split_heads
@@ -767,4 +814,204 @@ WRONG_ANSWERS = {
         "        energy = energy.masked_fill(mask == 0, -1e20)",
         "device", category="device",
     ),
+}
+
+
+# --- Issue 15: more mistakes a learner makes, and pairs of a wrong callee with a correct caller -----------
+# A pair is a wrong split_heads/merge_heads plus a correct MultiHeadAttention written in another call pattern
+# (`also`): a callee whose values are wrong costs points only in its own exercise, however the caller calls it.
+
+_MHA_FORWARD = (
+    "        q = split_heads(self.w_q(query), self.n_heads)  # (B, H, Tq, d_k)\n"
+    "        k = split_heads(self.w_k(key), self.n_heads)  # (B, H, Tk, d_k)\n"
+    "        v = split_heads(self.w_v(value), self.n_heads)  # (B, H, Tk, d_k)\n"
+    + _MHA_ATTEND + "\n"
+)
+_COUNT_RETURN = "    return matrices + biases"
+
+
+def _attention_by_hand(divide=" / math.sqrt(self.d_k)", fill="float('-inf')", after=""):
+    """The attention line written out by hand, with the scale, the fill of masked scores and what follows the
+    softmax as given (for the wrong answers)."""
+    masking = f"        if mask is not None:\n            scores = scores.masked_fill(~mask, {fill})\n" if fill else ""
+    return (
+        f"        scores = q @ k.transpose(-2, -1){divide}\n"
+        + masking
+        + "        weights = stable_softmax(scores, dim=-1)\n"
+        + after
+        + "        heads = weights @ v"
+    )
+
+
+WRONG_ANSWERS.update({
+    "mha_divided_by_d_k": WrongAnswer("MultiHeadAttention", _MHA_ATTEND, _attention_by_hand(divide=" / self.d_k"), "divided by d_k instead of sqrt(d_k)"),
+    "mha_scaled_twice": WrongAnswer(
+        "MultiHeadAttention", _MHA_ATTEND,
+        "        q = q / math.sqrt(self.d_k)  # the course's attention divides by sqrt(d_k) again\n"
+        "        heads, weights = scaled_dot_product_attention(q, k, v, mask)",
+        "scaled twice",
+    ),
+    "mha_not_scaled": WrongAnswer("MultiHeadAttention", _MHA_ATTEND, _attention_by_hand(divide=""), "not divided by sqrt(d_k) at all"),
+    "mha_mask_filled_with_zero": WrongAnswer("MultiHeadAttention", _MHA_ATTEND, _attention_by_hand(fill="0.0"), "masked scores set to 0"),
+    "mha_mask_after_softmax": WrongAnswer(
+        "MultiHeadAttention", _MHA_ATTEND,
+        _attention_by_hand(fill="", after="        if mask is not None:\n            weights = weights * mask\n"),
+        "mask applied after the softmax",
+    ),
+    "mha_mask_ignored": WrongAnswer("MultiHeadAttention", _MHA_ATTEND,
+                                    "        heads, weights = scaled_dot_product_attention(q, k, v)", "the mask is not used"),
+    "mha_mask_head_axis_added_again": WrongAnswer(
+        "MultiHeadAttention", _MHA_ATTEND,
+        "        if mask is not None:\n"
+        "            mask = mask.unsqueeze(1)  # (B, Tq, Tk) -> (B, 1, Tq, Tk): wrong for a mask that has its head axis already\n"
+        "        heads, weights = scaled_dot_product_attention(q, k, v, mask)",
+        "a head axis it already has", category="shape",
+    ),
+    "mha_weights_before_dropout": WrongAnswer(
+        "MultiHeadAttention",
+        "            weights = self.dropout(weights)\n            heads = weights @ v  # (B, H, Tq, d_k)",
+        "            heads = self.dropout(weights) @ v",
+        "the returned weights are the ones before dropout",
+    ),
+    "count_float": WrongAnswer("mha_parameter_count", _COUNT_RETURN, "    return float(matrices + biases)", "expected a Python int", category="dtype"),
+    "count_as_tensor": WrongAnswer("mha_parameter_count", _COUNT_RETURN, "    return torch.tensor(matrices + biases)", "a tensor, expected a Python int",
+                                   category="dtype"),
+    "count_true_division": WrongAnswer(
+        "mha_parameter_count", _COUNT_RETURN,
+        "    per_head = 4 * d_model * (d_model / 8)  # per head, times the heads\n    return per_head * 8 + biases",
+        "expected a Python int", category="dtype",
+    ),
+    "sa_divided_by_head_dim": WrongAnswer("SelfAttention", "energy / self.head_dim**0.5", "energy / self.head_dim", "head_dim instead of sqrt(head_dim)"),
+    # pairs: a wrong callee, a correct MultiHeadAttention written in another call pattern (no double penalty)
+    "split_round_robin_mha_keyword_calls": WrongAnswer(
+        "split_heads", _SPLIT_RETURN, "    return x.view(batch, seq, d_k, n_heads).permute(0, 3, 1, 2)", "dealt to the heads in turn",
+        also=(Edit("MultiHeadAttention", _MHA_SPLITS,
+                   "        q, k, v = (split_heads(x=layer(t), n_heads=self.n_heads)\n"
+                   "                   for layer, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))"),),
+    ),
+    "split_without_transpose_mha_per_batch_element": WrongAnswer(
+        "split_heads", _SPLIT_RETURN, "    return x.reshape(batch, n_heads, seq, d_k)", "without the transpose",
+        also=(Edit("MultiHeadAttention", _MHA_SPLITS,
+                   "        def split_each(t):  # one sentence at a time\n"
+                   "            return torch.cat([split_heads(t[b:b + 1], self.n_heads) for b in range(t.shape[0])])\n"
+                   "        q, k, v = split_each(self.w_q(query)), split_each(self.w_k(key)), split_each(self.w_v(value))"),),
+    ),
+    "merge_interleaved_mha_dropout_always_remixed": WrongAnswer(
+        "merge_heads", _MERGE_RETURN, "    return x.permute(0, 2, 3, 1).reshape(batch, seq, heads * d_k)", "interleaved feature by feature",
+        also=(Edit("MultiHeadAttention",
+                   "        heads, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, H, Tq, d_k), (B, H, Tq, Tk)\n"
+                   "        if self.training and self.dropout.p > 0:  # dropout on the weights, then mix the values again\n"
+                   "            weights = self.dropout(weights)\n"
+                   "            heads = weights @ v  # (B, H, Tq, d_k)\n"
+                   "        return self.w_o(merge_heads(heads)), weights  # (B, Tq, D), (B, H, Tq, Tk)",
+                   "        _, weights = scaled_dot_product_attention(q, k, v, mask)\n"
+                   "        weights = self.dropout(weights)  # nothing dropped in eval()\n"
+                   "        return self.w_o(merge_heads(x=weights @ v)), weights"),),
+    ),
+})
+
+_MHA_CLASS_HEAD = '''class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True, dropout=0.0):
+        super().__init__()
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+'''
+
+VALID_ANSWERS = {
+    "split_unflatten_movedim": ValidAnswer((Edit("split_heads", _SPLIT_RETURN, "    return x.unflatten(-1, (n_heads, d_k)).movedim(2, 1)"),),
+                                           "unflatten and movedim instead of view and transpose"),
+    "split_loop_over_heads": ValidAnswer((Edit("split_heads", _SPLIT_RETURN,
+                                               "    return torch.stack([x[:, :, h * d_k:(h + 1) * d_k] for h in range(n_heads)], dim=1)"),),
+                                         "a loop over the heads, stacked"),
+    "merge_loop_cat": ValidAnswer((Edit("merge_heads", _MERGE_RETURN, "    return torch.cat([x[:, h] for h in range(heads)], dim=-1)"),),
+                                  "the heads concatenated in a loop"),
+    "merge_permute_flatten": ValidAnswer((Edit("merge_heads", _MERGE_RETURN, "    return x.permute(0, 2, 1, 3).flatten(2)"),),
+                                         "permute and flatten"),
+    "mha_einsum_own_softmax": ValidAnswer((Edit("MultiHeadAttention", "", _MHA_CLASS_HEAD + '''
+    def forward(self, query, key, value, mask=None):
+        b, tq, tk = query.shape[0], query.shape[1], key.shape[1]
+        q = self.w_q(query).view(b, tq, self.n_heads, self.d_k)
+        k = self.w_k(key).view(b, tk, self.n_heads, self.d_k)
+        v = self.w_v(value).view(b, tk, self.n_heads, self.d_k)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        e = (scores - scores.amax(dim=-1, keepdim=True)).exp()
+        weights = self.dropout(e / e.sum(dim=-1, keepdim=True))
+        out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, tq, self.d_model)
+        return self.w_o(out), weights
+'''),), "einsum over (B, T, H, d_k), its own softmax, no split_heads/merge_heads"),
+    "mha_loop_over_heads": ValidAnswer((Edit("MultiHeadAttention", "", _MHA_CLASS_HEAD + '''
+    def forward(self, query, key, value, mask=None):
+        if mask is not None and mask.dim() < 4:
+            mask = mask[None, None] if mask.dim() == 2 else mask[:, None]  # (B, 1, Tq, Tk)
+        outs, weights = [], []
+        for i in range(self.n_heads):
+            rows = slice(i * self.d_k, (i + 1) * self.d_k)
+
+            def project(layer, x):
+                return nn.functional.linear(x, layer.weight[rows], None if layer.bias is None else layer.bias[rows])
+
+            m = None if mask is None else mask[:, min(i, mask.shape[1] - 1)]
+            _, w = scaled_dot_product_attention(project(self.w_q, query), project(self.w_k, key), project(self.w_v, value), m)
+            w = self.dropout(w)
+            outs.append(w @ project(self.w_v, value))
+            weights.append(w)
+        return self.w_o(torch.cat(outs, dim=-1)), torch.stack(weights, dim=1)
+'''),), "a Python loop over the heads, each with its rows of the projections"),
+    "mha_explicit_matmuls_keyword_callees": ValidAnswer((Edit("MultiHeadAttention", "", _MHA_CLASS_HEAD + '''
+    def forward(self, query, key, value, mask=None):
+        def project(layer, x):
+            y = x @ layer.weight.T
+            return y if layer.bias is None else y + layer.bias
+
+        q = split_heads(x=project(self.w_q, query), n_heads=self.n_heads)
+        k = split_heads(x=project(self.w_k, key), n_heads=self.n_heads)
+        v = split_heads(x=project(self.w_v, value), n_heads=self.n_heads)
+        _, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+        weights = self.dropout(weights)
+        return project(self.w_o, merge_heads(x=weights @ v)), weights
+'''),), "explicit weight matmuls instead of calling the nn.Linear layers; callees called by keyword"),
+    "mha_vmap_over_batch": ValidAnswer((Edit("MultiHeadAttention", _MHA_ATTEND, (
+        "        if mask is not None:\n"
+        "            mask = mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])\n"
+        "        attend = torch.func.vmap(scaled_dot_product_attention, in_dims=(0, 0, 0, None if mask is None else 0))\n"
+        "        heads, weights = attend(q, k, v, mask)  # one sentence at a time")),), "torch.func.vmap over the batch"),
+    "mha_split_per_batch_element": ValidAnswer((Edit("MultiHeadAttention", _MHA_SPLITS, (
+        "        def split_each(t):  # one sentence at a time\n"
+        "            return torch.cat([split_heads(t[b:b + 1], self.n_heads) for b in range(t.shape[0])])\n"
+        "        q, k, v = split_each(self.w_q(query)), split_each(self.w_k(key)), split_each(self.w_v(value))")),),
+        "split_heads called once per batch element"),
+    "count_from_own_module": ValidAnswer((Edit("mha_parameter_count", "", '''def mha_parameter_count(d_model, bias=True):
+    return sum(p.numel() for p in MultiHeadAttention(d_model, 1, bias=bias).parameters())
+'''),), "counted on the learner's own (correct) module"),
+    "count_factored_formula": ValidAnswer((Edit("mha_parameter_count", "", '''def mha_parameter_count(d_model, bias=True):
+    return 4 * d_model * (d_model + int(bias))
+'''),), "one factored formula"),
+    "sa_with_split_merge_helpers": ValidAnswer((Edit("SelfAttention", "", '''class SelfAttention(nn.Module):
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.embed_size, self.heads, self.head_dim = embed_size, heads, embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(embed_size, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        q = split_heads(self.queries(query), self.heads)
+        k = split_heads(self.keys(keys), self.heads)
+        v = split_heads(self.values(values), self.heads)
+        out, _ = scaled_dot_product_attention(q, k, v, None if mask is None else mask.bool())
+        return self.fc_out(merge_heads(out))
+'''),), "the fix written with the learner's split_heads/merge_heads and the course's attention"),
+    "sa_scale_on_queries": ValidAnswer((Edit(
+        "SelfAttention", "attention = stable_softmax(energy / self.head_dim**0.5, dim=3)",
+        "attention = stable_softmax(energy, dim=3)  # queries scaled before the einsum"),
+        Edit("SelfAttention", "queries = self.queries(query).reshape(N, query_len, self.heads, self.head_dim)",
+             "queries = self.queries(query).reshape(N, query_len, self.heads, self.head_dim) / math.sqrt(self.head_dim)")),
+        "the scale applied to the queries before the einsum"),
 }

@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from autograder.checks import Case, Dev, Fn, Returned, WrongAnswer, function_check, generator, run_local
+from autograder.checks import Case, Dev, Edit, Fn, Returned, ValidAnswer, WrongAnswer, callee_faults, function_check, generator, run_local
 from solutions import ch05_masks as ref
 
 # --- Known mistakes -----------------------------------------------------------------------------
@@ -92,14 +92,32 @@ def _attention(q, k, v, mask=None, fill_value=float("-inf"), *, fill=None, inver
 
 ZERO_FILL = "masked scores set to 0 instead of -inf (masked_fill(~mask, 0) or scores * mask): e^0 = 1, so masked keys keep a weight; fill with fill_value (-inf by default)"
 
+
+def _as_float32(value):
+    """A fill value as a float32 number holds it: finfo(float64).min overflows to -inf."""
+    return float(torch.tensor(value, dtype=torch.float32))
+
+
 ATTENTION_MISTAKES = {
     ZERO_FILL: lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, mask, fill_value, fill=0.0),
     INVERTED: lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, mask, fill_value, invert=True),
-    "mask applied after the softmax: masked scores must become fill_value before it, so that each row still sums to 1": lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, mask, fill_value, after=True),
+    "the mask is not applied at all: masked_fill returns a NEW tensor and leaves scores unchanged, so assign its result "
+    "(scores = scores.masked_fill(~mask, fill_value)); the weights here are those of attention without a mask":
+        lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, None, fill_value),
+    "mask applied after the softmax: the weights of the masked keys were set to 0 after it, so each row no longer sums to 1; "
+    "fill the SCORES with fill_value before the softmax": lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, mask, fill_value, after=True),
+    "the fill became -inf although fill_value is finite, so a row with no allowed key comes out NaN instead of uniform: a fill_value "
+    "such as torch.finfo(torch.float64).min converted to float32 (torch.tensor(fill_value), or torch.full(...) without dtype=) "
+    "overflows to -inf (or fill_value is not used at all); make the fill in the scores' dtype (scores.masked_fill(~mask, fill_value), "
+    "or torch.full_like(scores, fill_value))":
+        lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, mask, fill_value, fill=_as_float32(fill_value)),
     "fill_value is ignored (masked scores are always -inf): use the fill_value argument": lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, mask, fill_value, fill=float("-inf")),
-    "a hard-coded fill such as -1e9 instead of fill_value: with the default -inf a row with no allowed key must come out NaN": lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, mask, fill_value, fill=-1e9),
+    "a hard-coded fill such as -1e9 instead of fill_value: a row with no allowed key then gets uniform weights over its masked keys, "
+    "but with the default fill -inf that row has no defined softmax (0/0): it must come out NaN (or all 0)": lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, mask, fill_value, fill=-1e9),
     "output and weights swapped: return (output, weights), in this order": lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, mask, fill_value)[::-1],
     "missing scale: the scores are not divided by sqrt(d_k)": lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, mask, fill_value, scale=1.0),
+    "d_k read from the wrong dimension (q.size(1) or q.shape[1]): d_k is the LAST dimension of q, q.size(-1), whatever the batch and head "
+    "dimensions before it": lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, mask, fill_value, scale=math.sqrt(q.size(1))),
     "softmax over the wrong dimension (dim=-2, the queries, instead of dim=-1, the keys)": lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, mask, fill_value, softmax_dim=-2),
     "no max subtracted in your softmax, so exp overflows for large scores (use torch.softmax, or subtract each row's maximum)": lambda q, k, v, mask=None, fill_value=float("-inf"): _attention(q, k, v, mask, fill_value, naive=True),
 }
@@ -202,10 +220,13 @@ def _mask_words(expected_dtype, got_dtype):
             "so it masks nothing.")
 
 
-def _bool_outputs(function):
-    """extra(): a mask that is not boolean gets its own message (before the generic dtype comparison)."""
+def _bool_outputs(function, callees=()):
+    """extra(): a mask that is not boolean gets its own message (before the generic dtype comparison), unless it
+    comes from a callee proven wrong (e.g. a float causal_mask): then the judge grades the caller on its own."""
 
     def extra(call, record, got, expected):
+        if callees and callee_faults(record, callees, ref.__name__, call.dtype):
+            return
         for g, e in zip(got, expected):
             if isinstance(e, torch.Tensor) and e.dtype == torch.bool and isinstance(g, Returned) and g.dtype != "bool":
                 raise AssertionError(f"{function} on {call.label}: {_mask_words(e.dtype, g.dtype)}")
@@ -213,10 +234,11 @@ def _bool_outputs(function):
     return extra
 
 
-def _mask_check(reference, cases_fn, mistakes, error_hints):
+def _mask_check(reference, cases_fn, mistakes, error_hints, callees=()):
     """A hidden check of a mask builder: each case once on the grading device (no float dtype to vary; `Dev()`
     arguments become that device), then once on 'meta'; a mask that is not boolean gets its own message."""
-    return function_check(reference, cases_fn, ("mask",), mistakes, error_hints, dtypes=None, extra=_bool_outputs(reference.__name__))
+    return function_check(reference, cases_fn, ("mask",), mistakes, error_hints, callees=callees, dtypes=None,
+                          extra=_bool_outputs(reference.__name__, callees))
 
 
 def _causal_cases(seed):
@@ -277,7 +299,7 @@ def _attention_cases(seed):
     combined = ref.combine_masks(causal6, ref.padding_mask(torch.tensor([6, 4]), 6))  # (2, 1, 6, 6)
     empty_row = causal4.clone()
     empty_row[2] = False  # query 2 may attend no key
-    f32_min = torch.finfo(torch.float32).min
+    f32_min, f64_min = torch.finfo(torch.float32).min, torch.finfo(torch.float64).min
     return [
         Case("q, k, v (4, 8), no mask", (r(4, 8), r(4, 8), r(4, 8)), grad_wrt=(0, 1, 2)),
         Case("batch 2, 3 heads: q, k, v (2, 3, 5, 8), causal mask (5, 5)", (r(2, 3, 5, 8), r(2, 3, 5, 8), r(2, 3, 5, 8), causal5), grad_wrt=(0, 1, 2)),
@@ -290,9 +312,28 @@ def _attention_cases(seed):
              (r(2, 6, 16, scale=30.0), r(2, 6, 16, scale=30.0), r(2, 6, 5), causal6)),
         Case("q, k, v (3, 4, 8), mask (4, 4) whose row 2 allows no key, default fill -inf (row 2 is NaN)",
              (r(3, 4, 8), r(3, 4, 8), r(3, 4, 8), empty_row)),
-        Case(f"q, k, v (3, 4, 8), mask (4, 4) whose row 2 allows no key, fill_value={f32_min:.6g} (row 2 is uniform)",
-             (r(3, 4, 8), r(3, 4, 8), r(3, 4, 8), empty_row), {"fill_value": f32_min}),
+        # A finite fill: row 2 is uniform. Large scores in the other rows tell a softmax without the max subtracted
+        # (NaN there too) from an ignored fill_value (NaN in row 2 only).
+        Case(f"q, k (3, 4, 16) with entries about 30, v (3, 4, 8), mask (4, 4) whose row 2 allows no key, fill_value={f32_min:.6g} "
+             "(row 2 is uniform)", (r(3, 4, 16, scale=30.0), r(3, 4, 16, scale=30.0), r(3, 4, 8), empty_row), {"fill_value": f32_min}),
+        # The visible check's fill: finfo(float64).min, which only float64 scores can hold (in float32 it overflows).
+        Case(f"q, k (2, 4, 16) with entries about 30, v (2, 4, 8), mask (4, 4) whose row 2 allows no key, "
+             f"fill_value=torch.finfo(torch.float64).min {FLOAT64_ONLY} (row 2 is uniform)",
+             (r(2, 4, 16, scale=30.0), r(2, 4, 16, scale=30.0), r(2, 4, 8), empty_row), {"fill_value": f64_min}),
     ]
+
+
+FLOAT64_ONLY = "(float64 only)"
+
+
+def _without_float32_of_float64_only_cases(plan):
+    """A plan without the float32 (and meta, which runs in float32) calls of the cases labelled FLOAT64_ONLY:
+    their fill_value, torch.finfo(torch.float64).min, cannot be held by float32 scores (masked_fill raises)."""
+
+    def filtered(seed, device):
+        return [c for c in plan(seed, device) if FLOAT64_ONLY not in c.label or c.dtype == torch.float64]
+
+    return filtered
 
 
 def _dependency_cases(seed):
@@ -305,20 +346,25 @@ def _dependency_cases(seed):
     ]
 
 
+_attention_check = function_check(
+    ref.masked_attention, _attention_cases, ("output", "weights"), ATTENTION_MISTAKES, ERROR_HINTS["masked_attention"], FORBIDDEN,
+    categories=("values", "shape", "dtype", "device", "large", "gradient"),
+)
+_attention_check.plan = _without_float32_of_float64_only_cases(_attention_check.plan)
+
 CHECKS = {
     "causal_mask_hidden": _mask_check(ref.causal_mask, _causal_cases, CAUSAL_MISTAKES, ERROR_HINTS["causal_mask"]),
     "padding_mask_hidden": _mask_check(ref.padding_mask, _padding_cases, PADDING_MISTAKES, ERROR_HINTS["padding_mask"]),
     "combine_masks_hidden": _mask_check(ref.combine_masks, _combine_cases, COMBINE_MISTAKES, ERROR_HINTS["combine_masks"]),
-    "masked_attention_hidden": function_check(
-        ref.masked_attention, _attention_cases, ("output", "weights"), ATTENTION_MISTAKES, ERROR_HINTS["masked_attention"], FORBIDDEN,
-        categories=("values", "shape", "dtype", "device", "large", "gradient"),
-    ),
+    "masked_attention_hidden": _attention_check,
     "dependency_matrix_hidden": function_check(
         ref.dependency_matrix, _dependency_cases, ("D",), DEPENDENCY_MISTAKES, ERROR_HINTS["dependency_matrix"],
         categories=("values", "shape", "dtype", "device"),
     ),
+    # Built from the learner's own causal_mask (e.g. causal_mask(k_len, device)[k_len - q_len:]), a correct
+    # causal_mask_bottom_right keeps its points when causal_mask is wrong: that mistake costs points in exercise 1 only.
     "causal_mask_bottom_right_hidden": _mask_check(ref.causal_mask_bottom_right, _bottom_right_cases, BOTTOM_RIGHT_MISTAKES,
-                                                   ERROR_HINTS["causal_mask_bottom_right"]),
+                                                   ERROR_HINTS["causal_mask_bottom_right"], callees=("causal_mask",)),
 }
 
 
@@ -518,3 +564,144 @@ VALID_ALTERNATIVES = {
     "bottom_right_slice_of_causal": ("causal_mask_bottom_right", "    ones = torch.ones(q_len, k_len, dtype=torch.bool, device=device)\n    return ones.tril(diagonal=k_len - q_len)  # (q_len, k_len)",
                                      "    return torch.ones(k_len, k_len, dtype=torch.bool, device=device).tril()[k_len - q_len:]"),
 }
+
+
+# --- Learner trials of issue 15: correct answers written unlike the reference, and mistakes ------------
+
+_PADDING_LOOP_TOLIST = '''def padding_mask(lengths: Tensor | Sequence[int], max_len: int) -> Tensor:
+    lengths = torch.as_tensor(lengths)
+    mask = torch.zeros(len(lengths), max_len, dtype=torch.bool, device=lengths.device)  # (B, max_len)
+    for b, n in enumerate(lengths.tolist()):  # reads the lengths' values
+        mask[b, :n] = True
+    return mask[:, None, None, :]  # (B, 1, 1, max_len)
+'''
+
+_PADDING_STACK_ROWS = '''def padding_mask(lengths: Tensor | Sequence[int], max_len: int) -> Tensor:
+    lengths = torch.as_tensor(lengths)
+    positions = torch.arange(max_len, device=lengths.device)
+    rows = [positions < n for n in lengths]  # one (max_len,) row per sequence
+    return torch.stack(rows).view(len(rows), 1, 1, max_len)
+'''
+
+_CAUSAL_LOOP = '''def causal_mask(n: int, device: torch.device | str | None = None) -> Tensor:
+    mask = torch.zeros(n, n, dtype=torch.bool, device=device)
+    for i in range(n):
+        mask[i, : i + 1] = True  # query i sees keys 0..i
+    return mask
+'''
+
+_BOTTOM_RIGHT_FROM_CAUSAL = '''def causal_mask_bottom_right(q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
+    if q_len > k_len:
+        raise ValueError("more queries than keys")
+    return causal_mask(k_len, device=device)[k_len - q_len:]  # the last q_len rows of the full causal mask
+'''
+
+_BOTTOM_RIGHT_FROM_CAUSAL_NEGATIVE = '''def causal_mask_bottom_right(q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
+    if q_len > k_len:
+        raise ValueError(f"q_len={q_len} > k_len={k_len}")
+    full = causal_mask(k_len, device)  # (k_len, k_len)
+    return full[-q_len:, :]
+'''
+
+_BOTTOM_RIGHT_LOOP = '''def causal_mask_bottom_right(q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
+    if q_len > k_len:
+        raise ValueError("q_len > k_len")
+    mask = torch.zeros(q_len, k_len, dtype=torch.bool, device=device)
+    for i in range(q_len):
+        mask[i, : k_len - q_len + i + 1] = True  # query i is at absolute position k_len - q_len + i
+    return mask
+'''
+
+_COMBINE_BROADCAST_ALL = '''def combine_masks(*masks: Tensor | None) -> Tensor | None:
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    if len(present) == 1:
+        return present[0]
+    return torch.stack(torch.broadcast_tensors(*present)).all(dim=0)
+'''
+
+_DEPENDENCY_VMAP_VJP = '''def dependency_matrix(fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    x = x.detach()
+    y, pullback = torch.func.vjp(fn, x)  # y (T, d_out)
+    basis = torch.eye(y.numel(), dtype=x.dtype, device=x.device).reshape(-1, *y.shape)  # one-hot cotangents
+    (rows,) = torch.func.vmap(pullback)(basis)  # (T * d_out, T, d_in)
+    jac = rows.reshape(*y.shape, *x.shape)  # (T, d_out, T, d_in)
+    return jac.pow(2).sum(dim=(1, 3)).sqrt()
+'''
+
+_DEPENDENCY_AUTOGRAD_GRAD = '''def dependency_matrix(fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    x = x.detach().requires_grad_(True)
+    with torch.enable_grad():
+        y = fn(x)  # (T, d_out)
+        rows = []
+        for i in range(y.size(0)):
+            blocks = [torch.autograd.grad(y[i, c], x, retain_graph=True)[0] for c in range(y.size(1))]  # d_out x (T, d_in)
+            rows.append(torch.stack(blocks).pow(2).sum(dim=(0, 2)))  # (T,)
+    return torch.stack(rows).sqrt().detach()
+'''
+
+_ATTENTION_EINSUM = '''def masked_attention(q, k, v, mask=None, fill_value=float("-inf")):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not(), fill_value)
+    weights = scores.softmax(dim=-1)
+    return torch.einsum("...qk,...kd->...qd", weights, v), weights
+'''
+
+_TRIU = Edit("causal_mask", ".tril()  # (n, n)", ".triu()  # (n, n)")
+
+VALID_ANSWERS = {
+    **{name: ValidAnswer((Edit(function, old, new),), why="an alternative of the chapter's first catalogue")
+       for name, (function, old, new) in VALID_ALTERNATIVES.items()},
+    "padding_loop_tolist": ValidAnswer((Edit("padding_mask", "", _PADDING_LOOP_TOLIST),),
+                                       why="a loop over lengths.tolist(), the mask created on lengths.device: it reads values, so the meta pass cannot run it"),
+    "padding_stack_rows": ValidAnswer((Edit("padding_mask", "", _PADDING_STACK_ROWS),), why="one row per sequence (iterating the lengths tensor), stacked, .view"),
+    "causal_loop": ValidAnswer((Edit("causal_mask", "", _CAUSAL_LOOP),), why="zeros on the device, then a loop filling each row"),
+    "bottom_right_from_own_causal": ValidAnswer((Edit("causal_mask_bottom_right", "", _BOTTOM_RIGHT_FROM_CAUSAL),),
+                                                why="the last q_len rows of the learner's own causal_mask(k_len, device=device)"),
+    "bottom_right_loop": ValidAnswer((Edit("causal_mask_bottom_right", "", _BOTTOM_RIGHT_LOOP),), why="a loop over the queries"),
+    "combine_broadcast_all": ValidAnswer((Edit("combine_masks", "", _COMBINE_BROADCAST_ALL),), why="torch.broadcast_tensors, stacked, .all(dim=0)"),
+    "attention_einsum": ValidAnswer((Edit("masked_attention", "", _ATTENTION_EINSUM),), why="einsum for both products, logical_not, Tensor.softmax, ** 0.5"),
+    "attention_nan_rows_to_zero": ValidAnswer(
+        (Edit("masked_attention", "weights = torch.softmax(scores, dim=-1)", "weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)"),),
+        why="a row with no allowed key returned as zeros (what F.scaled_dot_product_attention gives) instead of NaN"),
+    "attention_zero_rows_where": ValidAnswer(
+        (Edit("masked_attention", "    weights = torch.softmax(scores, dim=-1)  # (..., q_len, k_len)\n",
+              "    weights = torch.softmax(scores, dim=-1)  # (..., q_len, k_len)\n"
+              "    if mask is not None and fill_value == float('-inf'):  # rows with no allowed key: zeros, as F.scaled_dot_product_attention\n"
+              "        weights = torch.where(mask.any(dim=-1, keepdim=True), weights, torch.zeros((), dtype=weights.dtype, device=weights.device))\n"),),
+        why="with the default fill -inf, rows with no allowed key set to zeros with torch.where instead of NaN (a finite fill keeps them uniform)"),
+    "dependency_vmap_vjp": ValidAnswer((Edit("dependency_matrix", "", _DEPENDENCY_VMAP_VJP),), why="torch.func.vmap over torch.func.vjp's pullback"),
+    "dependency_autograd_grad": ValidAnswer((Edit("dependency_matrix", "", _DEPENDENCY_AUTOGRAD_GRAD),), why="torch.autograd.grad per output entry"),
+    "dependency_jacfwd": ValidAnswer((Edit("dependency_matrix", "torch.autograd.functional.jacobian(fn, x)", "torch.func.jacfwd(fn)(x)"),), why="forward-mode torch.func.jacfwd"),
+}
+
+WRONG_ANSWERS.update({
+    # masked_attention
+    "attention_mask_not_assigned": WrongAnswer("masked_attention", "scores = scores.masked_fill(~mask, fill_value)", "scores.masked_fill(~mask, fill_value)",
+                                               "the mask is not applied at all"),
+    "attention_fill_as_float32_tensor": WrongAnswer("masked_attention", "scores = scores.masked_fill(~mask, fill_value)",
+                                                    "scores = torch.where(mask, scores, torch.tensor(fill_value))", "converted to float32 "),
+    "attention_mask_eq_zero_fill": WrongAnswer("masked_attention", "scores.masked_fill(~mask, fill_value)", "scores.masked_fill(mask == 0, -1e9)", "hard-coded fill"),
+    "attention_dk_from_dim1": WrongAnswer("masked_attention", "math.sqrt(q.size(-1))", "math.sqrt(q.size(1))", "d_k read from the wrong dimension"),
+    # causal_mask_bottom_right
+    "bottom_right_first_rows_of_causal": WrongAnswer("causal_mask_bottom_right", "", _BOTTOM_RIGHT_FROM_CAUSAL.replace("[k_len - q_len:]", "[:q_len]"), "top-left alignment"),
+    # a wrong causal_mask, and a correct causal_mask_bottom_right built from it: only causal_mask loses points
+    "causal_triu_with_bottom_right_from_it": WrongAnswer(_TRIU.function, _TRIU.old, _TRIU.new, "triu instead of tril",
+                                                         also=(Edit("causal_mask_bottom_right", "", _BOTTOM_RIGHT_FROM_CAUSAL),)),
+    "causal_no_diagonal_with_bottom_right_from_it": WrongAnswer("causal_mask", ".tril()  # (n, n)", ".tril(diagonal=-1)  # (n, n)", "the diagonal is excluded",
+                                                                also=(Edit("causal_mask_bottom_right", "", _BOTTOM_RIGHT_FROM_CAUSAL_NEGATIVE),)),
+    "causal_float_with_bottom_right_from_it": WrongAnswer("causal_mask", "torch.ones(n, n, dtype=torch.bool, device=device)", "torch.ones(n, n, device=device)",
+                                                          "masks in this course are boolean", category="dtype",
+                                                          also=(Edit("causal_mask_bottom_right", "", _BOTTOM_RIGHT_FROM_CAUSAL),)),
+    # a wrong masked_attention (used by the leakage proof) next to a correct dependency_matrix in another pattern
+    "attention_zero_fill_with_dependency_jacrev": WrongAnswer("masked_attention", "scores.masked_fill(~mask, fill_value)", "scores.masked_fill(~mask, 0)",
+                                                              "masked scores set to 0 instead of -inf",
+                                                              also=(Edit("dependency_matrix", "", _DEPENDENCY_VMAP_VJP),)),
+    "attention_inverted_with_dependency_loop": WrongAnswer("masked_attention", "scores.masked_fill(~mask, fill_value)", "scores.masked_fill(mask, fill_value)",
+                                                           "inverted convention", also=(Edit("dependency_matrix", _JACOBIAN_BODY, _backward_loop()),)),
+    "causal_extra_dim_with_dependency_autograd_grad": WrongAnswer("causal_mask", ".tril()  # (n, n)", ".tril()[None]  # (1, n, n) for the batch",
+                                                                  "an extra leading dimension", category="shape",
+                                                                  also=(Edit("dependency_matrix", "", _DEPENDENCY_AUTOGRAD_GRAD),)),
+})
