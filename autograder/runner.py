@@ -135,10 +135,40 @@ def encode_value(value, depth=0):
     return {"other": type(value).__name__[:100]}
 
 
-def _forbidden_modes(names):
+def moved_off_meta(func, args, kwargs):
+    """On the meta pass: when func moves a 'meta' tensor to another device (x.cpu(), x.to("cpu"), x.to(other)),
+    a tensor of zeros of its shape on that device (else None). The move itself cannot run on 'meta' (there are no
+    values to copy), but it is not a mistake by itself (lengths.cpu().tolist() is fine on a GPU): where the moved
+    tensor then meets the meta inputs, the device-mix observer sees it, as a GPU would fail there.
+    (autograder/nbchecks.py keeps a copy for the visible checks, which run without this file.)"""
+    import torch
+
+    name = getattr(func, "__name__", "")
+    if name not in ("cpu", "to") or not args or not isinstance(args[0], torch.Tensor) or args[0].device.type != "meta":
+        return None
+    target, dtype = (torch.device("cpu"), None) if name == "cpu" else (None, None)
+    for value in list(args[1:]) + list((kwargs or {}).values()):
+        if isinstance(value, torch.dtype):
+            dtype = value
+        elif isinstance(value, torch.Tensor):
+            target, dtype = value.device, value.dtype
+        elif isinstance(value, (str, torch.device)):
+            try:
+                target = torch.device(value)
+            except (RuntimeError, TypeError):
+                pass
+    if target is None or target.type == "meta":
+        return None
+    return torch.zeros(args[0].shape, dtype=dtype or args[0].dtype, device=target)
+
+
+def _forbidden_modes(names, active=None, meta=False):
     """Two observers of the forbidden built-ins: a torch function mode (Python-level calls such as
     torch.softmax, F.scaled_dot_product_attention) and a dispatch mode (ATen ops such as aten._softmax,
-    reached however the Python side was called). Both only record; the grader decides."""
+    reached however the Python side was called). Both only record; the grader decides (the sandbox's guard
+    has switched the built-ins themselves off). A use while one of the learner's callees runs (`active`, kept by
+    the callee recorder) is the callee's, not the caller's: it is left out. meta=True: on the meta pass a move
+    off 'meta' gives zeros on the target device (moved_off_meta)."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -146,12 +176,16 @@ def _forbidden_modes(names):
     seen = []
 
     def note(name):
-        if name in names and name not in seen:
+        if name in names and name not in seen and not active:
             seen.append(name)
 
     class Tripwire(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             note(getattr(func, "__name__", ""))
+            if meta:
+                moved = moved_off_meta(func, args, kwargs)
+                if moved is not None:
+                    return moved
             return func(*args, **(kwargs or {}))
 
     mixed = []
@@ -175,8 +209,10 @@ def _forbidden_modes(names):
             # Some ops (matmul among them) silently combine a 'meta' tensor with a CPU one; on a GPU the same
             # code fails. Seen here, the mix is reported so the meta pass catches a tensor made without device=.
             found = devices(args, set()) | devices(kwargs or {}, set())
-            if "meta" in found and len(found) > 1 and name not in mixed:
-                mixed.append(name)
+            if "meta" in found and len(found) > 1:
+                where = f"{name} (in {active[-1]})" if active else name  # inside a callee: the callee's mistake
+                if where not in mixed:
+                    mixed.append(where)
             return func(*args, **(kwargs or {}))
 
     return Tripwire(), AtenTripwire(), seen, mixed
@@ -297,6 +333,84 @@ def _recording(fn, name, log, active=None):
     return recorder
 
 
+def decode_reported(enc, device=None):
+    """A value in encode_value's format (the grader's replay tables), as the learner's code would see it: tensors
+    (on `device` when given), tuples, dicts, devices and plain values. Raises ValueError on anything else."""
+    import numpy as np
+    import torch
+
+    if not isinstance(enc, dict):
+        raise ValueError("not an encoded value")
+    if "tensor" in enc:
+        info = enc["tensor"]
+        if "npy" not in info:
+            raise ValueError("a tensor without values")
+        array = np.load(io.BytesIO(base64.b64decode(info["npy"])), allow_pickle=False)
+        tensor = torch.from_numpy(array.copy()).to(getattr(torch, str(info.get("dtype"))))
+        return tensor.to(device) if device is not None else tensor
+    if "tuple" in enc:
+        return tuple(decode_reported(v, device) for v in enc["tuple"])
+    if "dict" in enc:
+        return {k: decode_reported(v, device) for k, v in enc["dict"].items()}
+    if "device" in enc:
+        return torch.device(enc["device"])
+    if "float" in enc:
+        return float(enc["float"])
+    if "value" in enc:
+        return enc["value"]
+    raise ValueError("an encoded value of an unknown kind")
+
+
+def _same_input(value, enc):
+    """Is the argument `value` the one recorded as `enc` (a tensor: same shape, dtype and entries, NaNs equal)?"""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        try:
+            recorded = decode_reported(enc)
+        except Exception:
+            return False
+        if not isinstance(recorded, torch.Tensor) or value.device.type == "meta" or tuple(value.shape) != tuple(recorded.shape):
+            return False
+        now = value.detach().to("cpu")
+        if now.dtype != recorded.dtype:
+            return False
+        return bool(torch.equal(now, recorded) or (now.is_floating_point() and torch.allclose(now, recorded, rtol=1e-12, atol=0, equal_nan=True)))
+    return encode_value(value) == enc
+
+
+def _answering(fn, name, table):
+    """fn, answering from the grader's table where the inputs are ones it lists (a replay round: the reference's
+    results for the inputs the learner's caller gave this callee before) and calling fn itself elsewhere."""
+    import functools
+    import inspect
+    import torch
+
+    entries = [(e.get("args"), e.get("out")) for e in table if isinstance(e, dict) and e.get("name") == name and isinstance(e.get("args"), dict)]
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return fn
+
+    @functools.wraps(fn)
+    def stand_in(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+        except TypeError:
+            return fn(*args, **kwargs)
+        device = next((a.device for a in bound.arguments.values() if isinstance(a, torch.Tensor)), None)
+        for given, out in entries:
+            if set(given) == set(bound.arguments) and all(_same_input(bound.arguments[k], given[k]) for k in given):
+                try:
+                    return decode_reported(out, device)
+                except Exception:
+                    break
+        return fn(*args, **kwargs)
+
+    return stand_in
+
+
 def _unchanged(before, tensor):
     """Is `tensor` (as it is now) still equal to its snapshot `before` (NaNs in the same places count as equal)?"""
     import torch
@@ -383,7 +497,8 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
         return record
     grad_wrt = list(call.get("grad_wrt") or [])
     patched, log = {}, []
-    observe_fn, observe_aten, seen, mixed = _forbidden_modes(set(forbidden))
+    active = []  # the learner's callees running now (their forbidden built-ins are theirs, not the caller's)
+    observe_fn, observe_aten, seen, mixed = _forbidden_modes(set(forbidden), active, meta=device == "meta")
     start = time.perf_counter()
     try:
         args = [decode_arg(a, arrays, device, namespace) for a in call["args"]]
@@ -395,7 +510,8 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
             for name in callees:
                 if callable(namespace.get(name)):
                     patched[name] = namespace[name]
-                    namespace[name] = _recording(patched[name], name, log)
+                    answered = _answering(patched[name], name, call["replay"]) if call.get("replay") else patched[name]
+                    namespace[name] = _recording(answered, name, log, active)
         target = fn
         if "module" in call:
             target, record["weights_kept"] = _build_module(fn, call["module"], arrays, device)

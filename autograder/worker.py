@@ -25,7 +25,7 @@ import nbformat
 import numpy as np
 
 from autograder import course, sandbox, shortcuts
-from autograder.checks import encode_calls
+from autograder.checks import encode_calls, judge_with_replays
 
 MAX_NOTEBOOK_BYTES = 20 * 2**20
 RESTARTS = 3  # a cell that hangs or kills the process is skipped and the notebook run again, at most this often
@@ -199,15 +199,23 @@ def _prefix_arrays(spec, prefix):
             _prefix_arrays(value, prefix)
 
 
-def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dict):
-    """job.json + inputs.npz + runner.py, readable (not writable) by the sandbox's user."""
+def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dict, replay=None):
+    """job.json + inputs.npz + runner.py, readable (not writable) by the sandbox's user.
+    replay: {probe cell index: {call index: callee table}} for a replay round: only those calls of those
+    probes are made (each with its table, see autograder.checks.judge_with_replays); other probes are left out."""
     probes, arrays, calls_by_cell = {}, {}, {}
     for cell in cells:
-        if cell["kind"] != "probe":
+        if cell["kind"] != "probe" or (replay is not None and cell["index"] not in replay):
             continue
         check = checks_module.CHECKS[cell["probe"]]
         calls = check.plan(settings.seed, settings.device)
+        if replay is not None:
+            chosen = sorted(replay[cell["index"]])
+            calls = [calls[i] for i in chosen]
         specs, cell_arrays = encode_calls(calls)
+        if replay is not None:
+            for spec, i in zip(specs, chosen):
+                spec["replay"] = replay[cell["index"]][i]
         prefix = f"c{cell['index']}_"
         for spec in specs:
             _prefix_arrays(spec, prefix)
@@ -216,6 +224,7 @@ def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dic
         calls_by_cell[cell["index"]] = calls
     run_cells = [
         {"index": c["index"], "kind": c["kind"], "probe": c["probe"], "source": "pass" if c["index"] in skip else c["source"]}
+        if c["kind"] != "probe" or c["probe"] in probes else {"index": c["index"], "kind": "code", "probe": None, "source": "pass"}
         for c in cells
     ]
     (job_dir / "job.json").write_text(json.dumps({"cells": run_cells, "probes": probes}), encoding="utf-8")
@@ -254,6 +263,23 @@ def run_with_restarts(cells, checks_module, settings: Settings):
     raise AssertionError("unreachable")
 
 
+def replay_in_sandbox(cells, cell, indices, tables, checks_module, settings: Settings, skip: dict):
+    """A replay round (autograder.checks.judge_with_replays): the notebook run again in a fresh sandbox, with only
+    these calls of this probe, each with its callee answering from its table; returns their new records (a call
+    the round could not make is a failed record saying why)."""
+    replay = {cell["index"]: dict(zip(indices, tables))}
+    with tempfile.TemporaryDirectory(prefix="course-replay-") as tmp:
+        job_dir = Path(tmp)
+        write_job(job_dir, cells, checks_module, settings, skip, replay=replay)
+        outcome = sandbox.run(job_dir, settings.sandbox_mode, settings.limits)
+    probe = next((r for r in outcome.records if r.get("event") == "probe" and r.get("cell") == cell["index"]), None)
+    records = probe.get("calls") if isinstance(probe, dict) else None
+    if not isinstance(records, list) or len(records) != len(indices):
+        why = f"the second run stopped early ({outcome.detail or outcome.status})"
+        return [{"ok": False, "error": f"RuntimeError: {why}", "outputs": None, "forbidden": []} for _ in indices]
+    return records
+
+
 def learner_code_findings(function, solutions, cells, checks_module):
     """What the static reading finds in the learner's code that serves this exercise:
     (forbidden built-ins, private torch machinery). Read: the exercise's solution cell and every added cell
@@ -273,8 +299,9 @@ def learner_code_findings(function, solutions, cells, checks_module):
     return forbidden, private
 
 
-def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points):
-    """The score of every graded cell, decided here from the decoded outputs."""
+def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings: Settings | None = None):
+    """The score of every graded cell, decided here from the decoded outputs (with replay rounds in the sandbox
+    where a check asks for them; without settings, such a round is not possible and the check fails)."""
     scores = []
     for cell in cells:
         if cell["kind"] != "probe":
@@ -312,8 +339,13 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points)
         if not isinstance(records, list) or len(records) != len(calls):
             scores.append(CellScore(gid, 0.0, max_score, f"{check.function}: the check's report is incomplete."))
             continue
+        def rerun(indices, tables, cell=cell):
+            if settings is None:
+                return [{"ok": False, "error": "RuntimeError: no second run possible here", "outputs": None, "forbidden": []} for _ in indices]
+            return replay_in_sandbox(cells, cell, indices, tables, checks_module, settings, skip)
+
         try:
-            check.judge(calls, records, function=check.function)
+            judge_with_replays(check, calls, records, rerun, function=check.function)
         except AssertionError as failure:
             scores.append(CellScore(gid, 0.0, max_score, str(failure)[:2000]))
             continue
@@ -354,7 +386,7 @@ def grade_submission(student: str, chapter: str, notebook: Path, settings: Setti
     cells, notes, solutions = plan_cells(released, submitted, checks_module)
     by_cell, skip, calls_by_cell, run_notes = run_with_restarts(cells, checks_module, settings)
     result.notes = notes + run_notes + [reason for i, reason in sorted(skip.items()) if not reason.startswith("not run")][:5]
-    result.cells = judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points)
+    result.cells = judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings)
     result.score = sum(c.score for c in result.cells)
     write_autograded(workdir, result, released, submitted, cells, by_cell)
     write_feedback(workdir, result, cells, by_cell, skip)

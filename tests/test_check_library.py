@@ -513,9 +513,17 @@ def test_a_right_caller_keeps_its_points_whatever_pattern_it_calls_a_wrong_calle
     _fails(NORMALIZED, per_row_wrong, "wrong values", namespace=namespace)
     namespace = {"scale_rows": wrong_scale_rows}
     _fails(NORMALIZED, lambda x: 2 * namespace["scale_rows"](x * x), "wrong values", namespace=namespace)
-    # The rule's known limit (documented in judge_calls): a wrong callee called on OTHER inputs than the
-    # reference's cannot be told apart from another call pattern, so such a call costs the caller nothing.
-    run_local(NORMALIZED, lambda x: namespace["scale_rows"](x), seed=SEED, device="cpu", namespace=namespace)
+    # A wrong caller that calls a wrong callee on OTHER inputs than the reference's (x, not x * x) looks like another
+    # call pattern; the replay round (its callee answering with the reference's results) shows the caller's own
+    # mistake, and it loses its points. It failed to before the replay rounds (the caller kept its points).
+    _fails(NORMALIZED, lambda x: namespace["scale_rows"](x), "run again with the right results", namespace=namespace)
+    # A wrong caller whose callee raised (so the first run never got past the callee) is not let off either: in the
+    # replay round the callee answers, and the caller's own mistake shows. Before the replay rounds it kept its points.
+    namespace = {"scale_rows": raises_on_3d}
+    _fails(NORMALIZED, lambda x: 2 * namespace["scale_rows"](x * x), "wrong values", namespace=namespace)
+    # And a right caller in another pattern over a wrong callee is graded in a replay round, where it is right.
+    namespace = {"scale_rows": wrong_scale_rows}
+    run_local(NORMALIZED, per_row, seed=SEED, device="cpu", namespace=namespace)
 
 
 def stats_of_squares(x):

@@ -451,8 +451,8 @@ def test_a_correct_multi_head_steps_keeps_its_points_beside_a_wrong_attention_st
     assert "W_O used transposed" in multi_head_failure(multi_head_steps=wrong)
 
 
-@pytest.mark.xfail(strict=True, reason="library (issue 15): a caller that calls a callee proven wrong in another pattern than the "
-                                       "reference costs nothing, even when the caller has a mistake of its own (rule 3 of judge_calls)")
+# Fixed by the replay rounds (the caller is run again with the reference's attention_steps results): it
+# kept its points before.
 @pytest.mark.usefixtures("grading_env")
 def test_a_wrong_per_head_caller_beside_a_wrong_attention_steps_still_loses_its_points():
     wrong = PER_HEAD.replace("else concat @ w_o", "else concat @ w_o.T")

@@ -353,16 +353,62 @@ def decode_value(enc, depth=0):
     raise Unreadable("malformed output record")
 
 
+MAX_REPLAYS = 2  # further rounds for a caller whose callee is proven wrong (see judge_calls, rule 3)
+
+
+class NeedsReplay(Exception):
+    """Some calls can be graded apart from a callee's proven mistake only by running them again with the callee
+    answering from the reference: tables = {call index: [{"name", "args", "out"}, ...]} (replay_table)."""
+
+    def __init__(self, tables):
+        super().__init__(f"{len(tables)} call(s) to run again")
+        self.tables = tables
+
+
+def replay_round(record) -> int:
+    """Which round produced this record: 0 for the first run (set by judge_with_replays, never by the sandbox)."""
+    return int(record.get("replayed") or 0) if isinstance(record, dict) else 0
+
+
+def _replayed_note(record) -> str:
+    return ("\n(It was run again with the right results of the functions it calls in place of yours, and this is what it "
+            "gave then.)") if replay_round(record) else ""
+
+
+def judge_with_replays(check, calls, records, rerun, function=None):
+    """check.judge, with the rounds it asks for (NeedsReplay): rerun(indices, tables) runs those calls again
+    (each with its callee table) and returns their new records. Raises AssertionError as check.judge does."""
+    own = ("replayed", "replay_table")  # set here only: what the sandbox reports under these keys is dropped
+    records = [{k: v for k, v in r.items() if k not in own} if isinstance(r, dict) else r for r in records]
+    for round_number in range(1, MAX_REPLAYS + 2):
+        try:
+            return check.judge(calls, records, function=function or check.function)
+        except NeedsReplay as replay:
+            if round_number > MAX_REPLAYS:
+                raise AssertionError(f"{function or check.function}: could not be graded apart from the functions it calls.") from None
+            indices = sorted(replay.tables)
+            fresh = rerun(indices, [replay.tables[i] for i in indices])
+            for i, record in zip(indices, fresh, strict=True):
+                clean = {k: v for k, v in record.items() if k not in own} if isinstance(record, dict) else {}
+                records[i] = {**clean, "replayed": round_number, "replay_table": replay.tables[i]}
+
+
 def run_local(check: Check, fn, seed=None, device=None, namespace=None):
-    """Plan, call and judge in this process (unit tests; in-kernel grading with plain nbgrader).
-    namespace: where Fn arguments, callees and typed answers are looked up (default: fn's globals)."""
+    """Plan, call and judge in this process (unit tests; in-kernel grading with plain nbgrader), with the same
+    replay rounds as the sandbox (run here). namespace: where Fn arguments, callees and typed answers are looked
+    up (default: fn's globals)."""
     seed = grading_seed() if seed is None else seed
     calls = check.plan(seed, device or grading_device())
     specs, arrays = encode_calls(calls)
     if namespace is None:
         namespace = getattr(fn, "__globals__", None) or getattr(sys.modules.get(getattr(fn, "__module__", "")), "__dict__", {})
     records = [runner.run_call(fn, spec, arrays, tuple(check.forbidden), namespace, check.callees) for spec in specs]
-    check.judge(calls, records, function=getattr(fn, "__name__", check.function))
+
+    def rerun(indices, tables):
+        return [runner.run_call(fn, {**specs[i], "replay": table}, arrays, tuple(check.forbidden), namespace, check.callees)
+                for i, table in zip(indices, tables)]
+
+    judge_with_replays(check, calls, records, rerun, function=getattr(fn, "__name__", check.function))
 
 
 # --- Judging ------------------------------------------------------------------------------------------
@@ -629,7 +675,7 @@ def callee_faults(record, callees, module_name, dtype) -> list:
 
 
 def replay_table(record, callees, module_name) -> list:
-    """For a second sandbox round (not wired yet; see judge_calls rule 3): for each recorded callee call,
+    """For a replay round (judge_calls rule 3, judge_with_replays): for each recorded callee call,
     {"name", "args": its recorded (encoded) inputs, "out": the REFERENCE callee's output on them, encoded as
     the runner encodes values}. Run again with its callee answering from this table, the learner's caller
     could be judged directly against the reference caller, even when it calls a wrong callee in another
@@ -801,18 +847,23 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
        reference: a per-head loop, slices, inside a torch transform) or the caller raised, and some recorded
        callee call is PROVEN wrong (callee_faults: the reference callee, run here on the recorded inputs,
        gives something else; or it raised where the reference does not; or it changed its inputs in place,
-       a side effect no composition of outputs models), this call cannot be graded apart from the callee's
-       mistake: it costs the caller nothing (the callee's own check charges it). A wrong caller
-       with a right callee always loses its points (no proven fault: judged as in 1-2), and so does a wrong
-       caller whose callee is wrong but called in the reference's pattern (the composition is complete).
+       a side effect no composition of outputs models), the call is run again (NeedsReplay, a second sandbox
+       round; see judge_with_replays) with the learner's callee answering from a table: for each input the
+       learner's caller gave it, the REFERENCE callee's output on that input (computed here; only those values
+       enter the sandbox). The caller is then judged directly against the reference: a right caller keeps its
+       points, a wrong one loses them, whatever pattern it calls its callee in. Up to MAX_REPLAYS rounds (a
+       caller that, given right answers, calls its callee on new inputs gets those answered too); after that
+       the failure stands, naming the callee. A wrong caller with a right callee always loses its points (no
+       proven fault: judged as in 1-2), and so does a wrong caller whose callee is wrong but called in the
+       reference's pattern (the composition is complete).
     4. Else the caller's own mistake stands; the message names the callee only when it is proven wrong.
     The meta pass (inputs on device 'meta', shapes only) costs points only for a device mistake it can prove:
     tensors of two devices meeting (an error saying so, or the runner seeing an op mix them) or a result on
     another device. Code that needs values (.item(), .tolist(), int(t), boolean indexing) cannot run on meta:
     that proves nothing and costs nothing."""
-    with_gradients = []
+    with_gradients, pending = [], {}
     module_name = reference_call.__module__
-    for call, record in zip(calls, records, strict=True):
+    for index, (call, record) in enumerate(zip(calls, records, strict=True)):
         if call.raises is not None:
             _judge_raises(call, record, function, error_hints, forbidden)
             continue
@@ -827,6 +878,8 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
             return known["faults"]
 
         if call.device == "meta":
+            if isinstance(record, dict) and _device_mistake_of_a_callee(record, callees):
+                continue  # a callee mixes devices (or hands back a tensor off 'meta'): its own check takes the points
             try:
                 got = outcome(record, function, call.label, error_hints, forbidden)
             except AssertionError as failure:
@@ -873,12 +926,17 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
                     raise AssertionError(f"{what} of {function} on {call.label}: shape {g.shape}, expected {tuple(e.shape)}.")
             continue
         mutated_by_callee = any(isinstance(e, dict) and e.get("mutated") for e in (record.get("callees") or [])) if isinstance(record, dict) else False
+        shown = record
+        if isinstance(record, dict) and str(record.get("error_in") or "").split(".")[0] in callees and not faults():
+            shown = {**record, "error_in": None}  # a callee that raised as the reference would: not its fault
         try:
-            got = outcome({**record, "mutated": False} if mutated_by_callee else record, function, call.label, error_hints, forbidden)
+            got = outcome({**shown, "mutated": False} if mutated_by_callee else shown, function, call.label, error_hints, forbidden)
         except AssertionError as failure:
             if isinstance(record, dict) and not record.get("ok") and faults() and not _forbidden_used(record, forbidden):
-                continue  # it failed where its callee is proven wrong: the callee's own exercise takes the points
-            raise AssertionError(str(failure) + callee_blame(record, callees, module_name, call.dtype)) from None
+                if replay_round(record) < MAX_REPLAYS:  # rule 3: run it again with a right callee in its place
+                    pending[index] = list(record.get("replay_table") or []) + replay_table(record, callees, module_name)
+                    continue
+            raise AssertionError(str(failure) + callee_blame(record, callees, module_name, call.dtype) + _replayed_note(record)) from None
         if len(got) != len(expected):
             raise AssertionError(f"{function} should return {len(expected)} value(s) ({', '.join(names)}), got {len(got)}.")
 
@@ -908,13 +966,36 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
                     if call.grad_wrt:
                         with_gradients.append((call, record))
                     continue
-            if faults() and (not complete or any(f.mutated for f in faults())):
-                continue  # another call pattern over (or a side effect of) a callee proven wrong: rule 3
-            raise AssertionError(str(failure) + blame) from None
+            if faults() and (not complete or any(f.mutated for f in faults())) and replay_round(record) < MAX_REPLAYS:
+                # rule 3: another call pattern over (or a side effect of) a callee proven wrong: run it again
+                pending[index] = list(record.get("replay_table") or []) + replay_table(record, callees, module_name)
+                continue
+            raise AssertionError(str(failure) + blame + _replayed_note(record)) from None
         if call.grad_wrt:
             with_gradients.append((call, record))
+    if pending:
+        raise NeedsReplay(pending)
     for call, record in with_gradients:
         _judge_gradients(call, record, function, reference_call, gradient_mistakes)
+
+
+def _device_mistake_of_a_callee(record, callees) -> bool:
+    """On the meta pass: did one of the learner's callees mix devices while it ran (the runner marks such an op
+    "op (in callee)"), or return a tensor that is not on 'meta' for 'meta' inputs? Then what follows in the
+    caller is the callee's mistake, charged by the callee's own check."""
+    if any(str(m).endswith(f"(in {name})") for m in record.get("device_mix") or [] for name in callees):
+        return True
+    for entry in record.get("callees") or []:
+        if not isinstance(entry, dict) or entry.get("name") not in callees or "out" not in entry:
+            continue
+        try:
+            outs = _as_tuple(decode_value(entry["out"]))
+        except (Unreadable, ValueError, TypeError):
+            continue
+        flat = [v for o in outs for v in (o.values() if isinstance(o, dict) else [o])]
+        if any(isinstance(o, Returned) and not o.device.startswith("meta") for o in flat):
+            return True
+    return False
 
 
 def _forbidden_used(record, forbidden):
