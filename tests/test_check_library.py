@@ -635,3 +635,20 @@ def test_a_callee_given_a_device_is_recomputed_on_it_and_blamed_only_when_wrong(
     with pytest.raises(AssertionError) as failure:
         run_local(LAST_ROWS, lambda m, n, device=None: namespace["lower_triangle"](n, device=device)[:m], seed=SEED, device="cpu", namespace=namespace)
     assert "wrong entries" in str(failure.value) and "Your `" not in str(failure.value)
+
+
+def test_a_callee_hidden_inside_a_torch_transform_is_named_as_a_possible_cause():
+    """A caller that calls its callee inside torch.func.vmap cannot be graded apart from it (the transform's tensors
+    have no values outside it); the message must not pin the mistake on the caller alone."""
+
+    def wrong_scale_rows(x):
+        return 2 * x / x.sum(-1, keepdim=True)
+
+    namespace = {"scale_rows": wrong_scale_rows}
+
+    def vmapped(x):  # right, were its callee right
+        return torch.func.vmap(lambda row: namespace["scale_rows"](row * row))(x.reshape(-1, x.size(-1))).reshape(x.shape)
+
+    _fails(NORMALIZED, vmapped, "inside a torch transform", namespace=namespace)
+    namespace["scale_rows"] = scale_rows
+    run_local(NORMALIZED, vmapped, seed=SEED, device="cpu", namespace=namespace)  # and with a right callee it passes

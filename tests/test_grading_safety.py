@@ -129,43 +129,46 @@ def cheat_corpus(workdir, port):
                 "    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
                 "    w = stable_softmax((q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(~mask if mask is not None else torch.zeros((), dtype=torch.bool, device=q.device), float('-inf')), dim=-1)\n"
                 "    return out, w\n")),
-            # Attention earns nothing, and so does self-attention, which calls it: a forbidden built-in seen
-            # anywhere in a graded call costs that call (else a "callee" could carry the caller's shortcut).
-            FULL - 5 - 3,
+            # Attention earns nothing. Self-attention, which calls it, is run again with the reference's attention
+            # results in its place (a replay round) and keeps its points: the built-in is switched off, so a
+            # "callee" cannot carry the caller's shortcut.
+            FULL - 5,
         ),
         "torch-softmax-hidden-in-helper": (
             add_cell(with_cell(reference_nb(), "stable_softmax", lambda s: "def stable_softmax(x, dim=-1):\n    return _helper(x, dim)\n"),
                      "import torch\n_helper = getattr(torch, 'soft' + 'max')", after="imports"),
-            # The static scan sees nothing; the tripwire around each call catches softmax, also where the
-            # learner's attention functions call this stable_softmax. Only the variance experiment is left.
-            2.0,
+            # The static scan sees nothing; the guard has switched softmax off, so stable_softmax earns nothing; the
+            # attention functions that call it are graded in a replay round with the reference's softmax results.
+            FULL - 3,
         ),
         # Redefining a graded function in an added cell, with torch's function modes switched off through a
-        # private API, around the forbidden built-in: every learner cell is read, and the dispatch-level
-        # observer sees aten._softmax anyway, also in the attention functions that call it.
+        # private API, around the forbidden built-in: every learner cell is read (the softmax exercise earns nothing),
+        # and the guard has switched softmax off; the attention functions that call it are graded in a replay round.
         "redefine-with-private-api": (
             add_cell(reference_nb(), "import torch\ndef stable_softmax(x, dim=-1):\n    with torch._C.DisableTorchFunction():\n"
                      "        return torch.softmax(x, dim)", after="stable_softmax"),
-            2.0,
+            FULL - 3,
         ),
         # Switching the observers off for the whole run, in a cell of its own: every exercise earns nothing.
         "disable-observers-globally": (
             add_cell(reference_nb(), "import torch\n_guard = torch._C.DisableTorchFunction()\n_guard.__enter__()", after="imports"),
             0.0,
         ),
-        # An ATen op reached through a name the static reading cannot resolve: the dispatch-level observer sees it.
+        # An ATen op reached through a name the static reading cannot resolve: switched off by the guard (and seen by
+        # the dispatch-level observer); the attention functions that call it are graded in a replay round.
         "aten-softmax-through-a-computed-name": (
             add_cell(with_cell(reference_nb(), "stable_softmax", lambda s: "def stable_softmax(x, dim=-1):\n    return _helper(x, dim, False)\n"),
                      "import torch\n_helper = getattr(torch.ops.aten, '_soft' + 'max')", after="imports"),
-            2.0,
+            FULL - 3,
         ),
         # In-process tampering: learner code in the graded interpreter reaching the grader's own objects (frames,
         # tracebacks, gc, module globals, sys.modules lookalikes, the report stream, a fresh interpreter, a fork) to
         # make it forget the forbidden built-ins it used, found without naming them. The guard switches the
         # built-ins off before any learner code runs, so none of these routes yields the built-in's values.
-        **{f"tamper-{route}": (tampering_attention(code), FULL - 5 - 3) for route, code in TAMPER_ROUTES.items()},
-        "tamper-runner-globals": (add_cell(tampering_attention(""), TAMPER_RUNNER_GLOBALS, after="imports"), FULL - 5 - 3),
-        "tamper-sys-modules-lookalike": (add_cell(tampering_attention(""), TAMPER_LOOKALIKE, after="imports"), FULL - 5 - 3),
+        # (Self-attention, which calls the cheating attention, is graded in a replay round and keeps its 3 points.)
+        **{f"tamper-{route}": (tampering_attention(code), FULL - 5) for route, code in TAMPER_ROUTES.items()},
+        "tamper-runner-globals": (add_cell(tampering_attention(""), TAMPER_RUNNER_GLOBALS, after="imports"), FULL - 5),
+        "tamper-sys-modules-lookalike": (add_cell(tampering_attention(""), TAMPER_LOOKALIKE, after="imports"), FULL - 5),
         "tamper-forged-report": (add_cell(demo.filled_submission(CHAPTER, ["missing_scale"]), TAMPER_FORGED_REPORT, after="self_attention"),
                                  MISSING_SCALE_SCORE),
         # Faking the end of the run only stops the grader from reading further: the learner loses the rest.
@@ -236,7 +239,7 @@ _grader = sys.modules["__main__"]
 for _name in dir(_grader):
     if "modes" in _name:
         _original = getattr(_grader, _name)
-        setattr(_grader, _name, lambda names, _original=_original: _original(set()))
+        setattr(_grader, _name, lambda names, *a, _original=_original, **k: _original(set(), *a, **k))
 """
 # A cell that plants lookalike modules: the grader's observers, imported later by name, become no-ops.
 TAMPER_LOOKALIKE = """import sys, types

@@ -883,11 +883,13 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
             try:
                 got = outcome(record, function, call.label, error_hints, forbidden)
             except AssertionError as failure:
+                if not _forbidden_used(record, forbidden) and any(
+                        isinstance(e, dict) and e.get("name") in callees and "raised" in e and e.get("devices") == ["meta"]
+                        for e in record.get("callees") or []):
+                    continue  # the learner's callee fails on 'meta' inputs (not implemented, a built-in switched off, ...):
+                    # its own check takes the points, not this one
                 if "calls " in str(failure) or "not implemented" in str(failure):
                     raise
-                if any(isinstance(e, dict) and e.get("name") in callees and "raised" in e and e.get("devices") == ["meta"]
-                       for e in record.get("callees") or []):
-                    continue  # the learner's callee fails on 'meta' inputs: its own check takes the points, not this one
                 error = str(record.get("error") or "") if isinstance(record, dict) else ""
                 if record.get("device_mix"):  # e.g. meta values written into a tensor created on the CPU
                     error += f" (in {', '.join(map(str, record['device_mix']))[:80]}, where a tensor on the CPU meets the inputs)"
@@ -940,10 +942,15 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
         if len(got) != len(expected):
             raise AssertionError(f"{function} should return {len(expected)} value(s) ({', '.join(names)}), got {len(got)}.")
 
-        def named_mistake(call=call, got=got, expected=expected):
+        def named_mistake(call=call, got=got, expected=expected, record=record):
             mistake = diagnose(call, got, mistakes, call.dtype, run_mistake) if mistakes else None
             if mistake is None and shape_mistakes:
                 mistake = diagnose_shapes(call, got, shape_mistakes, expected, run_mistake)
+            hidden = _unrecorded_callees(record, callees)
+            if hidden:  # its callee ran where its results cannot be seen: a mistake there looks like the caller's own
+                where = (f"your `{hidden[0]}`, which it calls inside a torch transform (torch.func, vmap) where the grader "
+                         f"cannot see what `{hidden[0]}` returned: if `{hidden[0]}` loses points in its own exercise, fix it first")
+                return f"\nLikely mistake: {mistake}, or a mistake in {where}." if mistake else f"\nThe cause may be {where}."
             return f"\nLikely mistake: {mistake}." if mistake else ""
 
         if extra:
@@ -979,14 +986,30 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
         _judge_gradients(call, record, function, reference_call, gradient_mistakes)
 
 
+def _unrecorded_callees(record, callees) -> list:
+    """The learner's callees whose calls on this record could not be recorded (inside a torch transform)."""
+    names = [e.get("name") for e in (record.get("callees") or []) if isinstance(e, dict) and "unrecorded" in e and e.get("name") in callees]
+    return list(dict.fromkeys(names))
+
+
 def _device_mistake_of_a_callee(record, callees) -> bool:
     """On the meta pass: did one of the learner's callees mix devices while it ran (the runner marks such an op
     "op (in callee)"), or return a tensor that is not on 'meta' for 'meta' inputs? Then what follows in the
-    caller is the callee's mistake, charged by the callee's own check."""
+    caller is the callee's mistake, charged by the callee's own check. Not when the caller handed a callee a
+    tensor off 'meta' (a mask made on the CPU): that mistake is the caller's own."""
+    entries = [e for e in record.get("callees") or [] if isinstance(e, dict) and e.get("name") in callees]
+    for entry in entries:
+        given = [str(d) for d in entry.get("devices") or []]
+        try:
+            given += [v.device for v in (decode_value(a) for a in (entry.get("args") or {}).values()) if isinstance(v, Returned) and v.shape]
+        except (Unreadable, ValueError, TypeError):
+            pass
+        if any(not d.startswith("meta") for d in given):
+            return False  # the caller gave its callee a tensor on another device
     if any(str(m).endswith(f"(in {name})") for m in record.get("device_mix") or [] for name in callees):
         return True
-    for entry in record.get("callees") or []:
-        if not isinstance(entry, dict) or entry.get("name") not in callees or "out" not in entry:
+    for entry in entries:
+        if "out" not in entry:
             continue
         try:
             outs = _as_tuple(decode_value(entry["out"]))
