@@ -299,9 +299,9 @@ def learner_code_findings(function, solutions, cells, checks_module):
     return forbidden, private
 
 
-def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings: Settings | None = None):
+def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings: Settings):
     """The score of every graded cell, decided here from the decoded outputs (with replay rounds in the sandbox
-    where a check asks for them; without settings, such a round is not possible and the check fails)."""
+    where a check asks for them)."""
     scores = []
     for cell in cells:
         if cell["kind"] != "probe":
@@ -339,9 +339,8 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points,
         if not isinstance(records, list) or len(records) != len(calls):
             scores.append(CellScore(gid, 0.0, max_score, f"{check.function}: the check's report is incomplete."))
             continue
+
         def rerun(indices, tables, cell=cell):
-            if settings is None:
-                return [{"ok": False, "error": "RuntimeError: no second run possible here", "outputs": None, "forbidden": []} for _ in indices]
             return replay_in_sandbox(cells, cell, indices, tables, checks_module, settings, skip)
 
         try:
