@@ -12,10 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autograder import course
+from autograder import registry
 from autograder.config import CELL_TIMEOUT_S
 
-DEFAULT_WORKDIR = course.ROOT / "grading" / "run"
+DEFAULT_WORKDIR = registry.ROOT / "grading" / "run"
 
 
 def main(argv=None):
@@ -23,7 +23,7 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("build", help="regenerate chapters/*/exercises.ipynb and the demo submissions from the instructor sources")
-    b.add_argument("--chapter", action="append", choices=course.graded_chapters(), metavar="ID",
+    b.add_argument("--chapter", action="append", choices=registry.graded_chapters(), metavar="ID",
                    help="build only this chapter's notebook (repeatable; default: every chapter with exercises, and the demo)")
     b.add_argument("--workdir", type=Path, default=None, help="nbgrader working directory (default: grading/build, or grading/build-<id> with one --chapter)")
 
@@ -34,7 +34,7 @@ def main(argv=None):
     g.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="where the gradebook, feedback and CSVs go (default: grading/run)")
     g.add_argument("--only", nargs="+", metavar="STUDENT", default=None,
                    help="regrade only these students (their folder names); every other result in the workdir is kept")
-    g.add_argument("--chapter", action="append", choices=course.graded_chapters(), metavar="ID", default=None,
+    g.add_argument("--chapter", action="append", choices=registry.graded_chapters(), metavar="ID", default=None,
                    help="regrade only this chapter (repeatable); every other result in the workdir is kept")
     g.add_argument("--seed", type=int, default=None, help="seed for the hidden checks' inputs (default: a fresh random one, printed)")
     g.add_argument("--cell-timeout", type=int, default=CELL_TIMEOUT_S, help=f"seconds a cell may run before it is interrupted (default {CELL_TIMEOUT_S})")
@@ -45,7 +45,7 @@ def main(argv=None):
     g.add_argument("--notebook-memory-mb", type=int, default=None,
                    help="memory of all of a notebook's processes together in MiB, where the host allows a memory cgroup (default 4096; 16384 on cuda)")
     g.add_argument("--course-config", type=Path, default=None,
-                   help="due dates, extensions and late penalty (TOML; default: <workdir>/course.toml, or the file an earlier run used)")
+                   help="due dates, extensions and late penalty (TOML; default: <workdir>/registry.toml, or the file an earlier run used)")
     g.add_argument("--restart", action="store_true", help="ignore the results of an earlier (interrupted) run in this workdir and grade everything again")
     g.add_argument("--allow-unsandboxed", action="store_true", help="grade even if no sandbox is available (trusted submissions only; a loud warning is printed)")
     g.add_argument("--db", metavar="URL", default=None, help="the gradebook: any SQLAlchemy URL nbgrader accepts, e.g. postgresql+psycopg://grader@dbhost:5432/course (default: the one in <workdir>/nbgrader_config.py, else SQLite <workdir>/gradebook.db)")
@@ -67,22 +67,22 @@ def main(argv=None):
 
     args = parser.parse_args(argv)
     if args.command == "build":
-        from autograder import build, demo
+        from autograder.authoring import build, demo
 
-        workdir = args.workdir or course.ROOT / "grading" / (f"build-{args.chapter[0]}" if args.chapter and len(args.chapter) == 1 else "build")
+        workdir = args.workdir or registry.ROOT / "grading" / (f"build-{args.chapter[0]}" if args.chapter and len(args.chapter) == 1 else "build")
         build.clean_workdir(workdir)
         for path in build.build_student_notebooks(workdir, chapters=args.chapter):
-            print(f"wrote {path.relative_to(course.ROOT)}")
+            print(f"wrote {path.relative_to(registry.ROOT)}")
         if not args.chapter:
             for path in demo.write_demo():
-                print(f"wrote {path.relative_to(course.ROOT)}")
+                print(f"wrote {path.relative_to(registry.ROOT)}")
         return 0
 
-    from autograder.grade import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+    from autograder.grading.grade import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 
     try:
         if args.command == "grade":
-            from autograder.grade import grade
+            from autograder.grading.grade import grade
 
             outcome = grade(
                 args.submissions, args.workdir, seed=args.seed, device=args.device, cell_timeout=args.cell_timeout,
@@ -93,7 +93,7 @@ def main(argv=None):
             )
             return outcome.exit_status
         if args.command == "report":
-            from autograder.grade import report
+            from autograder.grading.grade import report
 
             return report(args.workdir, args.course_config, db=args.db)
         if args.command == "formgrader":
@@ -110,7 +110,7 @@ def formgrader(workdir: Path, ip: str, port: int, db: str | None = None) -> int:
     """`jupyter server` in the working directory (formgrader at /formgrader), then the reports rebuilt with
     the manual grades given there. nbgrader 0.9.6 has no `nbgrader formgrader` command."""
     from autograder.config import ensure_venv_on_path, nbgrader_api
-    from autograder.grade import UsageError, gradebook_url, course_settings, report
+    from autograder.grading.grade import UsageError, gradebook_url, course_settings, report
 
     workdir = workdir.resolve()
     db_url, has_gradebook = gradebook_url(workdir, db)

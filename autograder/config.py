@@ -5,7 +5,7 @@ the database `--db` names, see autograder/gradebook.py) lives in
 a working directory outside git (default: grading/).
 
 A class's own settings (due dates, extensions, the late penalty) live in a TOML file, by default
-<workdir>/course.toml (see README.md, "For instructors"):
+<workdir>/registry.toml (see README.md, "For instructors"):
 
     timezone = "Europe/Berlin"                  # for due dates written without one (default UTC)
     [due]
@@ -13,7 +13,7 @@ A class's own settings (due dates, extensions, the late penalty) live in a TOML 
     [extensions."02-qkv-attention"]             # or [extensions."*"] for every chapter
     alice = "2d"                                 # d, h, m; "1d 12h"
     [late_penalty]                               # any nbgrader LateSubmissionPlugin, and its options
-    plugin = "autograder.latepenalty.PerDayPenalty"
+    plugin = "autograder.reporting.latepenalty.PerDayPenalty"
     percent_per_day = 10
 """
 
@@ -27,13 +27,16 @@ from pathlib import Path
 
 from traitlets.config import Config
 
-from autograder import course
+from autograder import registry
 
 COURSE_ID = "transformer-course"
 CELL_TIMEOUT_S = 30  # per cell while autograding; checks take about a second
-COURSE_CONFIG = "course.toml"  # in the working directory, unless --course-config names another file
-DEFAULT_PENALTY_PLUGIN = "autograder.latepenalty.PerDayPenalty"  # when [late_penalty] names none
+COURSE_CONFIG = "registry.toml"  # in the working directory, unless --course-config names another file
+DEFAULT_PENALTY_PLUGIN = "autograder.reporting.latepenalty.PerDayPenalty"  # when [late_penalty] names none
 NO_PENALTY_PLUGIN = "nbgrader.plugins.LateSubmissionPlugin"  # nbgrader's own; its default: no penalty
+# The course's plugin under the name it had before the package was split into rooms: a course.toml written then
+# still works.
+MOVED_PLUGINS = {"autograder.latepenalty.PerDayPenalty": DEFAULT_PENALTY_PLUGIN}
 
 
 class CourseConfigError(ValueError):
@@ -115,8 +118,8 @@ def load_course_settings(path) -> CourseSettings:
     tz_name = data.get("timezone")
 
     def chapter_ok(chapter, where, star=False):
-        if chapter not in course.CHAPTER_IDS and not (star and chapter == "*"):
-            raise CourseConfigError(f"{path}: [{where}] {chapter!r} is not a chapter id (chapters: {', '.join(course.CHAPTER_IDS)})")
+        if chapter not in registry.CHAPTER_IDS and not (star and chapter == "*"):
+            raise CourseConfigError(f"{path}: [{where}] {chapter!r} is not a chapter id (chapters: {', '.join(registry.CHAPTER_IDS)})")
 
     try:
         for chapter, when in data.get("due", {}).items():
@@ -133,6 +136,7 @@ def load_course_settings(path) -> CourseSettings:
     penalty = dict(data.get("late_penalty", {}))
     if "late_penalty" in data:
         settings.penalty_plugin = penalty.pop("plugin", DEFAULT_PENALTY_PLUGIN)
+        settings.penalty_plugin = MOVED_PLUGINS.get(settings.penalty_plugin, settings.penalty_plugin)
         plugin = penalty_plugin_class(settings.penalty_plugin, path)
         known = set(plugin.class_trait_names(config=True))
         unknown = set(penalty) - known
@@ -162,7 +166,7 @@ def nbgrader_config(workdir: Path, cell_timeout: int = CELL_TIMEOUT_S, settings:
     c = Config()
     c.CourseDirectory.root = str(workdir)
     c.CourseDirectory.course_id = COURSE_ID
-    # The gradebook: SQLite in the working directory, or any SQLAlchemy URL (autograder.gradebook, --db).
+    # The gradebook: SQLite in the working directory, or any SQLAlchemy URL (autograder.reporting.gradebook, --db).
     c.CourseDirectory.db_url = db_url or f"sqlite:///{workdir / 'gradebook.db'}"
     c.CourseDirectory.notebook_id = "*"
     c.Execute.timeout = cell_timeout
@@ -173,7 +177,7 @@ def nbgrader_config(workdir: Path, cell_timeout: int = CELL_TIMEOUT_S, settings:
     # `nbgrader export` writes the same grades.csv as the grader (quoted, sorted: ids may hold commas).
     # Set on the base class, so that `nbgrader export --to FILE` (the same trait) still overrides it.
     c.ExportPlugin.to = str(workdir / "grades.csv")
-    c.ExportApp.plugin_class = "autograder.reports.CsvExport"
+    c.ExportApp.plugin_class = "autograder.reporting.reports.CsvExport"
     # The late penalty: nbgrader's own mechanism (`nbgrader autograde` in the working directory uses it too).
     settings = settings or CourseSettings()
     c.AssignLatePenalties.plugin_class = settings.penalty_plugin
@@ -187,8 +191,8 @@ def write_config_file(workdir: Path, config: Config) -> Path:
     (`nbgrader autograde`, `nbgrader formgrader`, ...) work in the working directory too."""
     lines = ["# Written by `python -m autograder` from autograder/config.py; edits are overwritten.",
              "import sys",
-             f"if {str(course.ROOT)!r} not in sys.path:  # the course's plugins (export, late penalty)",
-             f"    sys.path.insert(0, {str(course.ROOT)!r})",
+             f"if {str(registry.ROOT)!r} not in sys.path:  # the course's plugins (export, late penalty)",
+             f"    sys.path.insert(0, {str(registry.ROOT)!r})",
              "c = get_config()"]
     for section, traits in config.items():
         for name, value in traits.items():

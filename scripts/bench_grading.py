@@ -9,7 +9,7 @@ notebook, so that the scores differ. Measurements on the same submissions, each 
 in one run on one machine (each of ours in a process of its own, as an instructor runs it):
 1. stock `nbgrader autograde <chapter>` (one command for all students, the hidden checks run inside each
    kernel, serial, no feedback);
-2. our grader as shipped (`autograder.grade.grade`: sandboxed runs on the embedded Dask cluster, judged
+2. our grader as shipped (`autograder.grading.grade.grade`: sandboxed runs on the embedded Dask cluster, judged
    outside the kernel, gradebook, feedback and reports included, and the assignment generation at its start)
    with N workers (default: all cores), and with 1 worker: the scaling efficiency is t1 / (N * tN);
 3. the same grader with the plain process pool it used before Dask (`pool_grade_all` below, kept here only to
@@ -38,9 +38,10 @@ sys.path.insert(0, str(ROOT))
 
 from nbgrader.api import Gradebook  # noqa: E402
 
-from autograder import cluster, demo  # noqa: E402
+from autograder.grading import cluster
+from autograder.authoring import demo  # noqa: E402
 from autograder.config import nbgrader_config  # noqa: E402
-from autograder.grade import grade  # noqa: E402
+from autograder.grading.grade import grade  # noqa: E402
 
 
 def kinds(chapter):
@@ -50,13 +51,13 @@ def kinds(chapter):
 
 def make_submissions(folder: Path, chapters, n: int):
     """n notebooks: student i hands in chapter chapters[i % len] with kind i // len (cycling)."""
-    from autograder import course
+    from autograder import registry
 
     for i in range(n):
         chapter = chapters[i % len(chapters)]
         options = kinds(chapter)
         wrong = options[(i // len(chapters)) % len(options)]
-        nb = nbformat.read(course.student_notebook(chapter), as_version=4) if wrong is None else demo.filled_submission(chapter, wrong)
+        nb = nbformat.read(registry.student_notebook(chapter), as_version=4) if wrong is None else demo.filled_submission(chapter, wrong)
         path = folder / f"student{i:03d}" / chapter / "exercises.ipynb"
         path.parent.mkdir(parents=True)
         nbformat.write(nb, path)
@@ -89,7 +90,8 @@ def _pool_init():
 
 
 def _pool_job(args):
-    from autograder.worker import Result, grade_submission
+    from autograder.grading.notebook import grade_submission
+    from autograder.results import Result
 
     student, chapter, notebook, settings = args
     try:
@@ -129,7 +131,7 @@ def pool_command(submissions: str, workdir: str, workers: int):
 def run_ours(submissions: Path, workdir: Path, workers: int, pool=False) -> dict:
     """One run of our grader in a process of its own, as an instructor runs it: `python -m autograder grade` (on
     the embedded Dask cluster), or with `pool` the same grade() on the old process pool. Its timings and scores."""
-    from autograder import reports
+    from autograder.reporting import reports
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if pool:
@@ -158,7 +160,7 @@ def cluster_start_stop(workers: int) -> float:
 
 
 def main():
-    from autograder import course
+    from autograder import registry
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=10, help="number of notebooks to grade (default 10)")
@@ -168,7 +170,7 @@ def main():
     parser.add_argument("--no-pool", action="store_true", help="skip the old process pool (the Dask layer's cost)")
     parser.add_argument("--no-one-worker", action="store_true", help="skip the 1-worker run (the scaling efficiency)")
     args = parser.parse_args()
-    chapters = args.chapter or course.graded_chapters()
+    chapters = args.chapter or registry.graded_chapters()
     n_workers = args.workers or os.cpu_count() or 1
     load = os.getloadavg()[0]
 

@@ -19,7 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from autograder import course, demo  # noqa: E402
+from autograder import registry
+from autograder.authoring import demo  # noqa: E402
 
 
 def visible_seconds(chapter: str) -> float:
@@ -40,7 +41,7 @@ def visible_seconds(chapter: str) -> float:
 def main():
     torch.set_num_threads(1)
     print(f"visible checks, reference notebook, CPU ({torch.get_num_threads()} thread), median of 3 runs:")
-    for chapter in course.graded_chapters():
+    for chapter in registry.graded_chapters():
         runs = [visible_seconds(chapter) for _ in range(3)]
         print(f"  {chapter}: {statistics.median(runs):.2f} s")
 

@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import torch  # noqa: E402
 
-from autograder import course, demo  # noqa: E402
+from autograder import registry
+from autograder.authoring import demo  # noqa: E402
 from autograder.checks import TOLERANCES, _as_tuple  # noqa: E402
 
 
@@ -33,8 +34,8 @@ def rounding_margins(seeds: int) -> dict:
     """{(hidden check, case label): float32 reference's distance from float64, in float32 tolerances}."""
     tol = TOLERANCES[torch.float32]
     worst = {}
-    for chapter in course.graded_chapters():
-        checks = importlib.import_module(f"autograder.checks.{course.module_name(chapter)}")
+    for chapter in registry.graded_chapters():
+        checks = importlib.import_module(f"autograder.checks.{registry.module_name(chapter)}")
         for gid, check in checks.CHECKS.items():
             if check.reference_call is None:
                 continue
@@ -63,7 +64,7 @@ def mistake_margins() -> list:
     from test_learner_trials import hidden_results, run_notebook
 
     rows = []
-    for chapter in course.graded_chapters():
+    for chapter in registry.graded_chapters():
         for name in demo.catalogue(chapter):
             with contextlib.redirect_stdout(io.StringIO()):
                 namespace, _ = run_notebook(demo.filled_submission(chapter, [name]))

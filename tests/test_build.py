@@ -6,7 +6,8 @@ import json
 import nbformat
 import pytest
 
-from autograder import build, course, demo
+from autograder.authoring import build, demo
+from autograder import registry
 from solutions import ch02_qkv_attention as ref
 
 CHAPTER = "02-qkv-attention"
@@ -21,9 +22,9 @@ def regenerated(tmp_path_factory):
 
 
 def test_student_notebooks_are_in_sync_with_instructor_sources(regenerated):
-    for chapter_id in course.graded_chapters():
-        committed = course.student_notebook(chapter_id)
-        fresh = regenerated / "chapters" / chapter_id / f"{course.NOTEBOOK}.ipynb"
+    for chapter_id in registry.graded_chapters():
+        committed = registry.student_notebook(chapter_id)
+        fresh = regenerated / "chapters" / chapter_id / f"{registry.NOTEBOOK}.ipynb"
         assert committed.exists(), f"{committed} is missing: run `make notebooks`"
         assert committed.read_text(encoding="utf-8") == fresh.read_text(encoding="utf-8"), f"{committed} {STALE}"
 
@@ -48,7 +49,7 @@ def test_instructor_solutions_are_the_reference_functions():
 
 
 def test_student_notebook_hides_solutions_and_hidden_checks():
-    nb = nbformat.read(course.student_notebook(CHAPTER), as_version=4)
+    nb = nbformat.read(registry.student_notebook(CHAPTER), as_version=4)
     text = "\n".join(c.source for c in nb.cells)
     for secret in ["BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "check_scaled_dot_product_attention", "x.amax(", "masked_fill(~mask"]:
         assert secret not in text, f"the student notebook reveals {secret!r}"
@@ -62,7 +63,7 @@ def test_points_announced_in_headings_match_the_graded_cells():
     """'## 2. ... (5 points)' must equal the points of the graded cells up to the next heading."""
     import re
 
-    nb = nbformat.read(course.student_notebook(CHAPTER), as_version=4)
+    nb = nbformat.read(registry.student_notebook(CHAPTER), as_version=4)
     sections = []  # [announced points, points of the cells in the section]
     for cell in nb.cells:
         heading = re.match(r"^## .*\((\d+) points?\)", cell.source) if cell.cell_type == "markdown" else None
@@ -77,7 +78,7 @@ def test_points_announced_in_headings_match_the_graded_cells():
 
 def test_visible_checks_do_not_import_the_course():
     """Visible checks must run with torch alone: no import of solutions or autograder in the student notebook."""
-    nb = nbformat.read(course.student_notebook(CHAPTER), as_version=4)
+    nb = nbformat.read(registry.student_notebook(CHAPTER), as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert "import solutions" not in cell.source and "from solutions" not in cell.source

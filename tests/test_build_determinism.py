@@ -11,7 +11,8 @@ import math
 import pytest
 import torch
 
-from autograder import build, course
+from autograder.authoring import build
+from autograder import registry
 
 CHAPTER = "02-qkv-attention"
 
@@ -45,7 +46,7 @@ def fixture(body):
 # --- (a) every value written is the float64 computation, rounded ------------------------------------------
 
 
-@pytest.mark.parametrize("chapter_id", course.graded_chapters())
+@pytest.mark.parametrize("chapter_id", registry.graded_chapters())
 def test_a_rebuild_with_other_float32_rounding_writes_the_same_bytes(chapter_id):
     assert render_elsewhere(chapter_id) == build.render_source(chapter_id), (
         f"{chapter_id}: a value written into the notebook depends on float32 rounding"
@@ -90,8 +91,8 @@ def test_an_ill_conditioned_float32_case_is_refused_at_build_time():
 def test_mistakes_refuses_an_ill_conditioned_variant_or_leaves_it_out_on_request(monkeypatch):
     """A variant whose float32 output depends on rounding (here: it takes |k|, which brings two scores within
     0.2 of each other) is refused in a float32 case, or left out with ill_conditioned="leave out"."""
-    checks = __import__(f"autograder.checks.{course.module_name(CHAPTER)}", fromlist=["_"])
-    ref = __import__(f"solutions.{course.module_name(CHAPTER)}", fromlist=["_"])
+    checks = __import__(f"autograder.checks.{registry.module_name(CHAPTER)}", fromlist=["_"])
+    ref = __import__(f"solutions.{registry.module_name(CHAPTER)}", fromlist=["_"])
     variants = {
         "keys taken as |k|": lambda q, k, v, mask=None: ref.scaled_dot_product_attention(q, k.abs(), v, mask),
         "keys negated": lambda q, k, v, mask=None: ref.scaled_dot_product_attention(q, -k, v, mask),

@@ -416,7 +416,7 @@ def test_a_torch_transform_around_a_recorded_callee_is_graded_on_its_outputs():
 
 
 def test_the_callee_recorder_never_changes_what_the_callee_does():
-    from autograder import runner
+    from autograder.checks import runner
 
     log, active = [], []
 
@@ -454,7 +454,7 @@ def test_the_meta_pass_charges_only_a_device_mistake_it_can_prove():
 
     run_local(PADDING, loops_over_values, seed=SEED, device="cpu")
     run_local(PADDING, uses_item, seed=SEED, device="cpu")
-    nbchecks_meta = checks.nbchecks.expect_meta
+    nbchecks_meta = checks.visible.expect_meta
     nbchecks_meta(loops_over_values, torch.empty(3, dtype=torch.long, device="meta"), 5, shape=(3, 5), what="mask")
     # True device mistakes still fail: a CPU tensor combined with meta inputs, or a result on another device.
     _fails(PADDING, lambda lengths, n: torch.arange(n) < lengths.unsqueeze(-1), "device")
@@ -600,7 +600,7 @@ def test_messages_describe_values_in_words():
 
 
 def test_a_replay_table_holds_the_reference_callee_on_the_learners_own_callee_inputs():
-    from autograder import runner
+    from autograder.checks import runner
 
     def wrong_scale_rows(x):
         return x / x.sum()

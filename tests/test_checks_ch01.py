@@ -2,6 +2,7 @@
 right diagnosis, on every catalogued mistake; callers are graded apart from their callees; the visible checks
 of the generated notebook pass the reference and catch every catalogued wrong answer marked visible."""
 
+import functools
 import math
 import warnings
 
@@ -9,17 +10,20 @@ import nbformat
 import pytest
 import torch
 
-from autograder import course, demo
+from autograder import registry
+from autograder.authoring import demo
 from autograder.checks import ch01_rnn_limits as checks
+from autograder.checks import run_check
 from autograder.checks import run_local
 from solutions import ch01_rnn_limits as ref
 
 CHAPTER = "01-rnn-limits"
+trials = registry.answers(CHAPTER)  # the chapter's test data: wrong answers, valid alternatives
 CHECK_OF = {
-    "rnn_forward": checks.check_rnn_forward,
-    "grad_norms_wrt_inputs": checks.check_grad_norms_wrt_inputs,
-    "path_length": checks.check_path_length,
-    "lstm_cell_step": checks.check_lstm_cell_step,
+    "rnn_forward": functools.partial(run_check, CHAPTER, "rnn_forward_hidden"),
+    "grad_norms_wrt_inputs": functools.partial(run_check, CHAPTER, "grad_norms_wrt_inputs_hidden"),
+    "path_length": functools.partial(run_check, CHAPTER, "path_length_hidden"),
+    "lstm_cell_step": functools.partial(run_check, CHAPTER, "lstm_cell_step_hidden"),
 }
 
 
@@ -163,9 +167,9 @@ def test_dtype_and_device_mistakes_are_reported(name):
 
 @pytest.mark.usefixtures("grading_env")
 def test_path_length_must_return_a_python_int():
-    assert "return a Python int" in failure_of(checks.check_path_length, lambda n, kind, kernel_size=3: float(ref.path_length(n, kind, kernel_size)))
-    assert "return a Python int" in failure_of(checks.check_path_length, lambda n, kind, kernel_size=3: torch.tensor(ref.path_length(n, kind, kernel_size)))
-    assert "return a Python int" in failure_of(checks.check_path_length, lambda n, kind, kernel_size=3: bool(ref.path_length(n, kind, kernel_size)))
+    assert "return a Python int" in failure_of(functools.partial(run_check, CHAPTER, "path_length_hidden"), lambda n, kind, kernel_size=3: float(ref.path_length(n, kind, kernel_size)))
+    assert "return a Python int" in failure_of(functools.partial(run_check, CHAPTER, "path_length_hidden"), lambda n, kind, kernel_size=3: torch.tensor(ref.path_length(n, kind, kernel_size)))
+    assert "return a Python int" in failure_of(functools.partial(run_check, CHAPTER, "path_length_hidden"), lambda n, kind, kernel_size=3: bool(ref.path_length(n, kind, kernel_size)))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -216,11 +220,11 @@ def test_hidden_checks_use_the_grading_seed(monkeypatch):
         seen.append(x.clone())
         return ref.rnn_forward(x, h0, W_xh, W_hh, b)
 
-    checks.check_rnn_forward(spy)
+    run_check(CHAPTER, "rnn_forward_hidden", spy)
     first = seen[0]
     seen.clear()
     monkeypatch.setenv("COURSE_GRADING_SEED", "8")
-    checks.check_rnn_forward(spy)
+    run_check(CHAPTER, "rnn_forward_hidden", spy)
     assert not torch.equal(first, seen[0]), "a new grading seed must give new inputs"
 
 
@@ -271,7 +275,7 @@ def test_autograd_grad_norms_through_a_wrong_rnn_forward_names_the_callee():
 
 
 def visible_cells():
-    nb = nbformat.read(course.student_notebook(CHAPTER), as_version=4)
+    nb = nbformat.read(registry.student_notebook(CHAPTER), as_version=4)
     cells = {}
     for cell in nb.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -299,9 +303,9 @@ def test_visible_checks_pass_the_reference():
 
 
 @pytest.mark.usefixtures("grading_env")
-@pytest.mark.parametrize("name", list(checks.WRONG_ANSWERS))
+@pytest.mark.parametrize("name", list(trials.WRONG_ANSWERS))
 def test_each_wrong_answer_loses_only_its_own_points_with_its_diagnosis(name):
-    wrong = checks.WRONG_ANSWERS[name]
+    wrong = trials.WRONG_ANSWERS[name]
     namespace = notebook_namespace([name])
     failed = {}
     for gid, check in checks.CHECKS.items():
@@ -317,7 +321,7 @@ def test_each_wrong_answer_loses_only_its_own_points_with_its_diagnosis(name):
 
 def test_every_graded_category_has_a_visible_wrong_answer():
     for gid, check in checks.CHECKS.items():
-        caught = {w.category for w in checks.WRONG_ANSWERS.values() if w.visible and f"{w.function}_hidden" == gid}
+        caught = {w.category for w in trials.WRONG_ANSWERS.values() if w.visible and f"{w.function}_hidden" == gid}
         missing = set(check.categories) - caught
         assert not missing, f"{gid}: no catalogued wrong answer of category {sorted(missing)} is caught by a visible check"
 
@@ -377,7 +381,7 @@ def test_a_kind_compared_with_is_passes_on_literals_only():
 
 @pytest.mark.usefixtures("grading_env")
 def test_hidden_path_length_check_catches_a_kind_compared_with_is():
-    message = failure_of(checks.check_path_length, defined(PATH_WITH_IS, "path_length"))
+    message = failure_of(functools.partial(run_check, CHAPTER, "path_length_hidden"), defined(PATH_WITH_IS, "path_length"))
     assert "Likely mistake: kind compared with `is`" in message
     # The plan's kinds are new string objects, equal to the kinds (in-process as in the sandbox).
     for call in checks.CHECKS["path_length_hidden"].plan(0, "cpu"):
@@ -386,7 +390,7 @@ def test_hidden_path_length_check_catches_a_kind_compared_with_is():
 
 @pytest.mark.usefixtures("grading_env")
 def test_a_kind_that_is_not_recognised_is_named_whatever_the_code_structure():
-    message = failure_of(checks.check_path_length, defined(PATH_DILATED_IS, "path_length"))
+    message = failure_of(functools.partial(run_check, CHAPTER, "path_length_hidden"), defined(PATH_DILATED_IS, "path_length"))
     assert "kind 'dilated_cnn' is not recognised" in message and "compare kind with ==" in message
 
 
@@ -408,7 +412,7 @@ def test_path_length_rejects_a_numpy_float():
     def numpy_ceil(n, kind, kernel_size=3):
         return np.float64(ref.path_length(n, kind, kernel_size))  # np.ceil(...) returns this; a float subclass
 
-    assert "return a Python int" in failure_of(checks.check_path_length, numpy_ceil)
+    assert "return a Python int" in failure_of(functools.partial(run_check, CHAPTER, "path_length_hidden"), numpy_ceil)
     namespace = notebook_namespace()
     namespace["path_length"] = numpy_ceil
     assert "return a Python int" in run_visible(namespace, "path_length")
@@ -416,7 +420,7 @@ def test_path_length_rejects_a_numpy_float():
 
 # A chain-rule grad_norms_wrt_inputs that calls rnn_forward once per time step, right or with the tanh
 # derivative left out (a caller's own mistake, which must still cost its points whatever the callee).
-GRAD_PER_STEP_NO_DERIVATIVE = checks.GRAD_CHAIN_PER_STEP.replace("G_a = G * (1 - states[t] ** 2)[:, None, :]", "G_a = G")
+GRAD_PER_STEP_NO_DERIVATIVE = trials.GRAD_CHAIN_PER_STEP.replace("G_a = G * (1 - states[t] ** 2)[:, None, :]", "G_a = G")
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -424,9 +428,9 @@ GRAD_PER_STEP_NO_DERIVATIVE = checks.GRAD_CHAIN_PER_STEP.replace("G_a = G * (1 -
 @pytest.mark.parametrize("pattern", ["GRAD_CHAIN_PER_STEP", "GRAD_CHAIN_PER_SEQUENCE"])
 def test_chain_rule_caller_in_another_call_pattern_is_graded_on_its_own(callee_mistake, pattern):
     namespace = notebook_namespace([callee_mistake] if callee_mistake else [])
-    right = defined(getattr(checks, pattern), "grad_norms_wrt_inputs", namespace)
+    right = defined(getattr(trials, pattern), "grad_norms_wrt_inputs", namespace)
     run_local(checks.CHECKS["grad_norms_wrt_inputs_hidden"], right, namespace=namespace)
-    source = getattr(checks, pattern)
+    source = getattr(trials, pattern)
     wrong_source = (GRAD_PER_STEP_NO_DERIVATIVE if pattern == "GRAD_CHAIN_PER_STEP"
                     else source.replace("G_a = torch.einsum(\"jk,k->jk\", G, 1 - states[t] ** 2)", "G_a = G"))
     assert wrong_source != source
@@ -444,11 +448,11 @@ def test_grad_norms_reference_is_the_reference_when_nothing_is_composed():
 
 
 @pytest.mark.usefixtures("grading_env")
-@pytest.mark.parametrize("name", list(checks.PENDING_WRONG_ANSWERS))
+@pytest.mark.parametrize("name", list(trials.PENDING_WRONG_ANSWERS))
 @pytest.mark.xfail(strict=True, reason="an autograd caller of a wrong callee cannot be graded with a correct callee: the "
                                        "grader records the callee's values, not its derivatives (library; reported)")
 def test_autograd_caller_of_a_wrong_rnn_forward_keeps_its_points(name):
-    wrong = checks.PENDING_WRONG_ANSWERS[name]
+    wrong = trials.PENDING_WRONG_ANSWERS[name]
     nb = demo.filled_submission(CHAPTER)
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})

@@ -1,14 +1,20 @@
 """The checkers themselves: each must pass the reference AND fail, with the right diagnosis, on wrong code."""
 
+import functools
 import math
 
 import pytest
 import torch
 
-from autograder import nbchecks
+from autograder.checks import visible
 from autograder.checks import run_local
+from autograder import registry
 from autograder.checks import ch02_qkv_attention as checks
+from autograder.checks import run_check
 from solutions import ch02_qkv_attention as ref
+
+CHAPTER = "02-qkv-attention"
+trials = registry.answers(CHAPTER)  # the chapter's test data: wrong answers, valid alternatives
 
 # --- Hidden checks ---------------------------------------------------------------------------------
 
@@ -17,10 +23,10 @@ from solutions import ch02_qkv_attention as ref
 @pytest.mark.parametrize(
     "check,reference",
     [
-        (checks.check_stable_softmax, ref.stable_softmax),
-        (checks.check_scaled_dot_product_attention, ref.scaled_dot_product_attention),
-        (checks.check_self_attention, ref.self_attention),
-        (checks.check_dot_product_variance, ref.dot_product_variance),
+        (functools.partial(run_check, CHAPTER, "stable_softmax_hidden"), ref.stable_softmax),
+        (functools.partial(run_check, CHAPTER, "scaled_dot_product_attention_hidden"), ref.scaled_dot_product_attention),
+        (functools.partial(run_check, CHAPTER, "self_attention_hidden"), ref.self_attention),
+        (functools.partial(run_check, CHAPTER, "dot_product_variance_hidden"), ref.dot_product_variance),
     ],
 )
 def test_hidden_checks_pass_the_reference(check, reference):
@@ -31,7 +37,7 @@ def test_hidden_checks_pass_the_reference(check, reference):
 @pytest.mark.parametrize("description", list(checks.SDPA_MISTAKES))
 def test_hidden_sdpa_check_names_each_mistake(description):
     with pytest.raises(AssertionError) as failure:
-        checks.check_scaled_dot_product_attention(checks.SDPA_MISTAKES[description])
+        run_check(CHAPTER, "scaled_dot_product_attention_hidden", checks.SDPA_MISTAKES[description])
     # K-not-transposed fails with a shape error on non-square inputs: named through its error hint instead.
     expected = "K is not transposed" if "K is not transposed" in description else description
     assert expected in str(failure.value)
@@ -41,7 +47,7 @@ def test_hidden_sdpa_check_names_each_mistake(description):
 @pytest.mark.parametrize("description", list(checks.SELF_ATTENTION_MISTAKES)[:4])
 def test_hidden_self_attention_check_names_each_mistake(description):
     with pytest.raises(AssertionError) as failure:
-        checks.check_self_attention(checks.SELF_ATTENTION_MISTAKES[description])
+        run_check(CHAPTER, "self_attention_hidden", checks.SELF_ATTENTION_MISTAKES[description])
     assert description in str(failure.value)
 
 
@@ -50,7 +56,7 @@ def test_hidden_self_attention_check_names_each_mistake(description):
 def test_hidden_softmax_check_names_each_mistake(description):
     wrong = {**checks.STABILITY_MISTAKES, **checks.SOFTMAX_MISTAKES}[description]
     with pytest.raises(AssertionError) as failure:
-        checks.check_stable_softmax(wrong)
+        run_check(CHAPTER, "stable_softmax_hidden", wrong)
     assert description in str(failure.value)
 
 
@@ -63,7 +69,7 @@ def test_meta_pass_catches_a_mask_created_on_the_cpu():
         return out, weights.masked_fill(~keep, 0.0)
 
     with pytest.raises(AssertionError, match="device"):
-        checks.check_scaled_dot_product_attention(sdpa_with_cpu_tensor)
+        run_check(CHAPTER, "scaled_dot_product_attention_hidden", sdpa_with_cpu_tensor)
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -72,7 +78,7 @@ def test_dtype_loss_is_reported():
         return ref.stable_softmax(x.float(), dim)
 
     with pytest.raises(AssertionError, match="dtype"):
-        checks.check_stable_softmax(softmax_in_float32)
+        run_check(CHAPTER, "stable_softmax_hidden", softmax_in_float32)
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -87,7 +93,7 @@ def test_dtype_loss_is_reported():
 )
 def test_variance_check_fails_on_wrong_experiments(wrong, message):
     with pytest.raises(AssertionError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        checks.check_dot_product_variance(wrong)
+        run_check(CHAPTER, "dot_product_variance_hidden", wrong)
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -98,11 +104,11 @@ def test_hidden_checks_use_the_grading_seed(monkeypatch):
         inputs.setdefault(len(inputs), x.clone())
         return ref.stable_softmax(x, dim)
 
-    checks.check_stable_softmax(spy)
+    run_check(CHAPTER, "stable_softmax_hidden", spy)
     first = inputs[0]
     inputs.clear()
     monkeypatch.setenv("COURSE_GRADING_SEED", "8")
-    checks.check_stable_softmax(spy)
+    run_check(CHAPTER, "stable_softmax_hidden", spy)
     assert not torch.equal(first, inputs[0]), "a new grading seed must give new inputs"
 
 
@@ -111,42 +117,42 @@ def test_hidden_checks_use_the_grading_seed(monkeypatch):
 
 def test_expect_close_passes_on_right_and_names_a_known_mistake():
     expected = torch.tensor([0.2, 0.3, 0.5])
-    nbchecks.expect_close(expected + 1e-6, expected, "w")
+    visible.expect_close(expected + 1e-6, expected, "w")
     wrong = torch.tensor([0.5, 0.3, 0.2])
-    with pytest.raises(nbchecks.CheckFailed, match="reversed"):
-        nbchecks.expect_close(wrong, expected, "w", mistakes={"reversed": wrong.clone()})
-    with pytest.raises(nbchecks.CheckFailed, match="largest difference"):
-        nbchecks.expect_close(torch.tensor([0.1, 0.1, 0.8]), expected, "w", mistakes={"reversed": wrong})
+    with pytest.raises(visible.CheckFailed, match="reversed"):
+        visible.expect_close(wrong, expected, "w", mistakes={"reversed": wrong.clone()})
+    with pytest.raises(visible.CheckFailed, match="largest difference"):
+        visible.expect_close(torch.tensor([0.1, 0.1, 0.8]), expected, "w", mistakes={"reversed": wrong})
 
 
 def test_expect_attention_weights_reports_rows_not_summing_to_one():
     expected = torch.tensor([[0.5, 0.5], [0.25, 0.75]])
-    nbchecks.expect_attention_weights(expected.clone(), expected)
-    with pytest.raises(nbchecks.CheckFailed, match="sum to 1"):
-        nbchecks.expect_attention_weights(torch.tensor([[0.5, 0.0], [0.25, 0.75]]), expected)
+    visible.expect_attention_weights(expected.clone(), expected)
+    with pytest.raises(visible.CheckFailed, match="sum to 1"):
+        visible.expect_attention_weights(torch.tensor([[0.5, 0.0], [0.25, 0.75]]), expected)
 
 
 def test_expect_shape_and_near():
-    nbchecks.expect_shape(torch.zeros(2, 3), (2, 3), "x")
-    with pytest.raises(nbchecks.CheckFailed, match=r"shape \(3, 2\)"):
-        nbchecks.expect_shape(torch.zeros(3, 2), (2, 3), "x")
-    nbchecks.expect_near(63.0, 64.0, "v", rel=0.08)
-    with pytest.raises(nbchecks.CheckFailed, match="expected about 64"):
-        nbchecks.expect_near(1.0, 64.0, "v", rel=0.08)
-    with pytest.raises(nbchecks.CheckFailed, match="Python float"):
-        nbchecks.expect_near(torch.tensor(64.0), 64.0, "v")
+    visible.expect_shape(torch.zeros(2, 3), (2, 3), "x")
+    with pytest.raises(visible.CheckFailed, match=r"shape \(3, 2\)"):
+        visible.expect_shape(torch.zeros(3, 2), (2, 3), "x")
+    visible.expect_near(63.0, 64.0, "v", rel=0.08)
+    with pytest.raises(visible.CheckFailed, match="expected about 64"):
+        visible.expect_near(1.0, 64.0, "v", rel=0.08)
+    with pytest.raises(visible.CheckFailed, match="Python float"):
+        visible.expect_near(torch.tensor(64.0), 64.0, "v")
 
 
 def test_call_turns_exceptions_into_diagnoses():
     def not_done(x):
         raise NotImplementedError()
 
-    with pytest.raises(nbchecks.CheckFailed, match="not implemented yet"):
-        nbchecks.call(not_done, 1)
+    with pytest.raises(visible.CheckFailed, match="not implemented yet"):
+        visible.call(not_done, 1)
     q = torch.randn(3, 2)
-    with pytest.raises(nbchecks.CheckFailed, match="K is not transposed"):
-        nbchecks.call(checks.SDPA_MISTAKES["K is not transposed: the scores are Q Kᵀ, not Q K"], q, q, q, error_hints=checks.ERROR_HINTS)
-    assert math.isclose(nbchecks.call(lambda x: x + 1, 1), 2)
+    with pytest.raises(visible.CheckFailed, match="K is not transposed"):
+        visible.call(checks.SDPA_MISTAKES["K is not transposed: the scores are Q Kᵀ, not Q K"], q, q, q, error_hints=checks.ERROR_HINTS)
+    assert math.isclose(visible.call(lambda x: x + 1, 1), 2)
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -162,7 +168,7 @@ def test_learner_editing_inputs_in_place_is_reported():
 
     for fn in (sdpa_scaling_q_in_place, right_values_but_zeroes_v_afterwards):
         with pytest.raises(AssertionError, match="changed its input tensors in place"):
-            checks.check_scaled_dot_product_attention(fn)
+            run_check(CHAPTER, "scaled_dot_product_attention_hidden", fn)
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -175,7 +181,7 @@ def test_learner_editing_inputs_in_place_is_reported():
 ])
 def test_forbidden_built_ins_earn_nothing_even_when_right(shortcut):
     with pytest.raises(AssertionError, match="the built-in this exercise asks you to write yourself"):
-        checks.check_stable_softmax(shortcut)
+        run_check(CHAPTER, "stable_softmax_hidden", shortcut)
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -187,20 +193,20 @@ def test_calling_torch_sdpa_is_caught_however_it_is_reached():
         return out, ref.scaled_dot_product_attention(q, k, v, mask)[1]
 
     with pytest.raises(AssertionError, match="F.scaled_dot_product_attention"):
-        checks.check_scaled_dot_product_attention(via_alias)
+        run_check(CHAPTER, "scaled_dot_product_attention_hidden", via_alias)
 
 
 def test_expect_mask_passes_the_mask_and_fails_on_dtype_entries_or_a_named_mistake():
     causal = torch.ones(3, 3, dtype=torch.bool).tril()
-    nbchecks.expect_mask(causal.clone(), causal, "mask")
-    with pytest.raises(nbchecks.CheckFailed, match="masks are boolean"):
-        nbchecks.expect_mask(causal.float(), causal, "mask")
-    with pytest.raises(nbchecks.CheckFailed, match=r"\(shape \(1, 3, 3\), expected \(3, 3\)\).*this mistake: an extra dimension"):
-        nbchecks.expect_mask(causal[None], causal, "mask", mistakes={"an extra dimension": causal[None]})
-    with pytest.raises(nbchecks.CheckFailed, match="this mistake: triu instead of tril"):
-        nbchecks.expect_mask(causal.T.clone(), causal, "mask", mistakes={"triu instead of tril": causal.T})
-    with pytest.raises(nbchecks.CheckFailed, match="3 entries differ"):
-        nbchecks.expect_mask(torch.ones(3, 3, dtype=torch.bool), causal, "mask", mistakes={"triu instead of tril": causal.T})
+    visible.expect_mask(causal.clone(), causal, "mask")
+    with pytest.raises(visible.CheckFailed, match="masks are boolean"):
+        visible.expect_mask(causal.float(), causal, "mask")
+    with pytest.raises(visible.CheckFailed, match=r"\(shape \(1, 3, 3\), expected \(3, 3\)\).*this mistake: an extra dimension"):
+        visible.expect_mask(causal[None], causal, "mask", mistakes={"an extra dimension": causal[None]})
+    with pytest.raises(visible.CheckFailed, match="this mistake: triu instead of tril"):
+        visible.expect_mask(causal.T.clone(), causal, "mask", mistakes={"triu instead of tril": causal.T})
+    with pytest.raises(visible.CheckFailed, match="3 entries differ"):
+        visible.expect_mask(torch.ones(3, 3, dtype=torch.bool), causal, "mask", mistakes={"triu instead of tril": causal.T})
 
 
 # --- Issue 15: what a learner met (fully masked rows, precision, callers of a wrong callee, visible catches) ----
@@ -232,9 +238,9 @@ def test_a_query_with_no_allowed_key_may_give_nan_or_zeros_but_not_equal_weights
         out, weights = ref.scaled_dot_product_attention(q, k, v, mask)
         return out.nan_to_num(0.0), weights.nan_to_num(0.0)
 
-    checks.check_scaled_dot_product_attention(zeros_there)
+    run_check(CHAPTER, "scaled_dot_product_attention_hidden", zeros_there)
     with pytest.raises(AssertionError, match=r"large negative number \(e\.g\. -1e9\)"):
-        checks.check_scaled_dot_product_attention(checks.SDPA_MISTAKES[next(m for m in checks.SDPA_MISTAKES if "-1e9" in m)])
+        run_check(CHAPTER, "scaled_dot_product_attention_hidden", checks.SDPA_MISTAKES[next(m for m in checks.SDPA_MISTAKES if "-1e9" in m)])
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -245,18 +251,18 @@ def test_a_softmax_computed_in_float32_and_cast_back_is_told_precision_was_lost(
         return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
 
     with pytest.raises(AssertionError, match="cast back"):
-        checks.check_stable_softmax(cast_back)
+        run_check(CHAPTER, "stable_softmax_hidden", cast_back)
 
 
 @pytest.mark.usefixtures("grading_env")
 def test_variance_returning_tensors_is_told_in_words():
     with pytest.raises(AssertionError) as failure:
-        checks.check_dot_product_variance(lambda d_k, n, g: tuple(torch.tensor(r) for r in ref.dot_product_variance(d_k, n, g)))
+        run_check(CHAPTER, "dot_product_variance_hidden", lambda d_k, n, g: tuple(torch.tensor(r) for r in ref.dot_product_variance(d_k, n, g)))
     assert "a tensor, a tensor" in str(failure.value) and ".item()" in str(failure.value)
     assert "Returned(" not in str(failure.value)
 
 
-_MATRIX_ONLY_SOFTMAX = checks.WRONG_ANSWERS["softmax_for_matrices_only"].new
+_MATRIX_ONLY_SOFTMAX = trials.WRONG_ANSWERS["softmax_for_matrices_only"].new
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -278,11 +284,11 @@ def test_correct_callers_keep_their_points_when_the_softmax_is_wrong(softmax):
 def test_a_softmax_written_for_matrices_only_is_told_why():
     namespace = _notebook(_MATRIX_ONLY_SOFTMAX)
     with pytest.raises(AssertionError, match="works only for matrices"):
-        checks.check_stable_softmax(namespace["stable_softmax"])
+        run_check(CHAPTER, "stable_softmax_hidden", namespace["stable_softmax"])
 
 
 def _visible_messages(wrong):
-    from autograder import demo
+    from autograder.authoring import demo
 
     nb = demo.filled_submission("02-qkv-attention", [wrong])
     namespace, messages = {"__name__": "__main__"}, {}

@@ -18,12 +18,15 @@ import numpy as np
 import pytest
 import torch
 
-from autograder import course, demo
+from autograder import registry
+from autograder.authoring import demo
 from autograder.checks import ch03_worked_examples as checks
+from autograder.checks import run_check
 from solutions import ch02_qkv_attention as ch02
 from solutions import ch03_worked_examples as ref
 
 CHAPTER = "03-worked-examples"
+trials = registry.answers(CHAPTER)  # the chapter's test data: wrong answers, valid alternatives
 EXACT = ref.your_turn_answers()
 TOL = ref.YOUR_TURN_TOLERANCE
 Q, K, V = ref.your_turn_qkv()
@@ -41,7 +44,7 @@ def answers(**override):
 def typed_failure(name, ns):
     """The hidden check's message for answer `name`, or None when it passes."""
     try:
-        checks.check_typed(name, ns)
+        run_check(CHAPTER, f"{name}_hidden", ns)
     except AssertionError as failure:
         return str(failure)
     return None
@@ -150,15 +153,15 @@ def test_missing_or_unreadable_answers_are_explained():
 
 @pytest.mark.usefixtures("grading_env")
 def test_function_checks_pass_the_reference():
-    checks.check_attention_steps(ref.attention_steps)
-    checks.check_multi_head_steps(ref.multi_head_steps)
+    run_check(CHAPTER, "attention_steps_hidden", ref.attention_steps)
+    run_check(CHAPTER, "multi_head_steps_hidden", ref.multi_head_steps)
 
 
 @pytest.mark.usefixtures("grading_env")
 @pytest.mark.parametrize("description", list(checks.ATTENTION_STEPS_MISTAKES))
 def test_attention_steps_check_names_each_mistake(description):
     with pytest.raises(AssertionError) as failure:
-        checks.check_attention_steps(checks.ATTENTION_STEPS_MISTAKES[description])
+        run_check(CHAPTER, "attention_steps_hidden", checks.ATTENTION_STEPS_MISTAKES[description])
     # K not transposed fails with a shape error on non-square inputs: named through its error hint
     assert description.split(":")[0] in str(failure.value)
 
@@ -181,7 +184,7 @@ MH_SOURCE = inspect.getsource(ref.multi_head_steps)
 )
 def test_attention_steps_accepts_valid_alternatives(old, new):
     assert old in SOURCE
-    checks.check_attention_steps(learner(attention_steps=SOURCE.replace(old, new))["attention_steps"])
+    run_check(CHAPTER, "attention_steps_hidden", learner(attention_steps=SOURCE.replace(old, new))["attention_steps"])
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -196,7 +199,7 @@ def test_attention_steps_accepts_valid_alternatives(old, new):
 def test_attention_steps_must_return_a_dict_of_steps(result, message):
     source = SOURCE.replace('return {"scores": scores, "scaled": scaled, "weights": weights, "output": output}', result)
     with pytest.raises(AssertionError, match=message):
-        checks.check_attention_steps(learner(attention_steps=source)["attention_steps"])
+        run_check(CHAPTER, "attention_steps_hidden", learner(attention_steps=source)["attention_steps"])
 
 
 def test_large_score_cases_have_one_hot_rows_and_overflow_a_naive_softmax():
@@ -216,7 +219,7 @@ def test_large_score_cases_have_one_hot_rows_and_overflow_a_naive_softmax():
 @pytest.mark.parametrize("description", list(checks.MULTI_HEAD_MISTAKES))
 def test_multi_head_check_names_each_mistake(description):
     with pytest.raises(AssertionError) as failure:
-        checks.check_multi_head_steps(checks.MULTI_HEAD_MISTAKES[description])
+        run_check(CHAPTER, "multi_head_steps_hidden", checks.MULTI_HEAD_MISTAKES[description])
     assert description in str(failure.value)
 
 
@@ -234,8 +237,8 @@ def test_multi_head_check_names_each_mistake(description):
 def test_multi_head_steps_is_graded_apart_from_a_wrong_attention_steps(old, new):
     ns = learner(attention_steps=SOURCE.replace(old, new))
     with pytest.raises(AssertionError):
-        checks.check_attention_steps(ns["attention_steps"])
-    checks.check_multi_head_steps(ns["multi_head_steps"])  # right, given what its callee returned
+        run_check(CHAPTER, "attention_steps_hidden", ns["attention_steps"])
+    run_check(CHAPTER, "multi_head_steps_hidden", ns["multi_head_steps"])  # right, given what its callee returned
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -253,19 +256,19 @@ def test_multi_head_steps_is_graded_apart_from_a_wrong_attention_steps(old, new)
 )
 def test_multi_head_steps_accepts_valid_alternatives(old, new):
     assert old in MH_SOURCE
-    checks.check_multi_head_steps(learner(multi_head_steps=MH_SOURCE.replace(old, new))["multi_head_steps"])
+    run_check(CHAPTER, "multi_head_steps_hidden", learner(multi_head_steps=MH_SOURCE.replace(old, new))["multi_head_steps"])
 
 
 # --- Wrong answers and the notebook as a learner runs it ----------------------------------------------------
 
 
 def test_wrong_answers_apply_and_cover_every_graded_category_visibly():
-    for name, wrong in checks.WRONG_ANSWERS.items():
+    for name, wrong in trials.WRONG_ANSWERS.items():
         demo.apply_wrong_answer(demo.reference_source(CHAPTER, wrong.function), wrong)  # raises if it no longer applies
         assert wrong.failing_cells <= set(checks.CHECKS), name
     for cell, check in checks.CHECKS.items():
         function = cell.removesuffix("_hidden")
-        shown = {w.category for w in checks.WRONG_ANSWERS.values() if w.function == function and w.visible}
+        shown = {w.category for w in trials.WRONG_ANSWERS.values() if w.function == function and w.visible}
         assert set(check.categories) <= shown, f"{function}: no visible wrong answer for {set(check.categories) - shown}"
 
 
@@ -295,9 +298,9 @@ def test_the_reference_passes_every_visible_check(reference_run):
 
 
 @pytest.mark.filterwarnings("ignore:The use of `x.T`")  # steps_k_dot_t
-@pytest.mark.parametrize("name", list(checks.WRONG_ANSWERS))
+@pytest.mark.parametrize("name", list(trials.WRONG_ANSWERS))
 def test_the_visible_check_catches_each_visible_wrong_answer(name):
-    wrong = checks.WRONG_ANSWERS[name]
+    wrong = trials.WRONG_ANSWERS[name]
     failures, _ = run_notebook(demo.filled_submission(CHAPTER, [name]))
     caught = f"{wrong.function}_visible" in failures
     assert caught == wrong.visible, f"{name}: visible check {'fails' if caught else 'passes'}: {failures}"
@@ -330,7 +333,7 @@ def test_valid_typed_answers_pass_the_visible_checks(sources):
 
 
 def test_the_student_notebook_never_shows_the_typed_answers():
-    text = course.student_notebook(CHAPTER).read_text(encoding="utf-8")
+    text = registry.student_notebook(CHAPTER).read_text(encoding="utf-8")
     nb = nbformat.reads(text, as_version=4)
     code = "\n".join(c.source for c in nb.cells)
     for name, cell in ref.ANSWER_CELLS.items():
@@ -345,7 +348,7 @@ def test_the_student_notebook_never_shows_the_typed_answers():
 
 
 def test_the_student_notebook_hides_solutions_and_hidden_checks_and_announces_its_points():
-    nb = nbformat.read(course.student_notebook(CHAPTER), as_version=4)
+    nb = nbformat.read(registry.student_notebook(CHAPTER), as_version=4)
     text = "\n".join(c.source for c in nb.cells)
     for secret in ["BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "check_typed", "check_attention_steps", "unflatten(", "masked_fill(~mask"]:
         assert secret not in text, f"the student notebook reveals {secret!r}"
@@ -390,19 +393,19 @@ def test_multi_head_steps_accepts_another_order_of_the_arithmetic_on_any_seed(mo
     # Before float32 was checked at 1e-4/1e-3, this alternative came within 0.75 of the old tolerance.
     monkeypatch.setenv("COURSE_GRADING_SEED", str(seed))
     monkeypatch.setenv("COURSE_DEVICE", "cpu")
-    checks.check_multi_head_steps(multi_head_steps_per_head)
+    run_check(CHAPTER, "multi_head_steps_hidden", multi_head_steps_per_head)
 
 
 # --- Issue 15: fair grading of multi_head_steps beside its callee; typed answers' first line ------------------
 
 STEPS_MISSING_SCALE = SOURCE.replace("scaled = scores / math.sqrt(d_k)", "scaled = scores")
-PER_HEAD = MH_SOURCE.replace(checks._HEADS_CALL, checks._PER_HEAD_LOOP)
-VMAP = MH_SOURCE.replace(checks._HEADS_CALL, checks._VMAP_HEADS)
+PER_HEAD = MH_SOURCE.replace(trials._HEADS_CALL, trials._PER_HEAD_LOOP)
+VMAP = MH_SOURCE.replace(trials._HEADS_CALL, trials._VMAP_HEADS)
 
 
 def multi_head_failure(**sources):
     try:
-        checks.check_multi_head_steps(learner(**sources)["multi_head_steps"])
+        run_check(CHAPTER, "multi_head_steps_hidden", learner(**sources)["multi_head_steps"])
     except AssertionError as failure:
         return str(failure)
     return None
@@ -439,13 +442,13 @@ def test_a_wrong_attention_steps_is_named_when_it_is_the_cause():
 def test_a_correct_multi_head_steps_keeps_its_points_beside_a_wrong_attention_steps_in_any_call_pattern(pattern):
     # The notebook: "a mistake there ... costs points in exercise 3 only, whether you call it once for all heads as
     # step 3 says, once per head in a loop, or not at all".
-    caller = {"per-head loop": PER_HEAD, "keyword call": MH_SOURCE.replace(checks._HEADS_CALL, checks._KEYWORD_CALL),
-              "own einsum": MH_SOURCE.replace(checks._HEADS_CALL, checks._OWN_STEPS)}[pattern]
+    caller = {"per-head loop": PER_HEAD, "keyword call": MH_SOURCE.replace(trials._HEADS_CALL, trials._KEYWORD_CALL),
+              "own einsum": MH_SOURCE.replace(trials._HEADS_CALL, trials._OWN_STEPS)}[pattern]
     assert caller != MH_SOURCE
     ns = learner(attention_steps=STEPS_MISSING_SCALE, multi_head_steps=caller)
     with pytest.raises(AssertionError, match="missing scale"):
-        checks.check_attention_steps(ns["attention_steps"])
-    checks.check_multi_head_steps(ns["multi_head_steps"])
+        run_check(CHAPTER, "attention_steps_hidden", ns["attention_steps"])
+    run_check(CHAPTER, "multi_head_steps_hidden", ns["multi_head_steps"])
     # and the same caller with its own mistake loses its points beside a right callee
     wrong = caller.replace("else concat @ w_o", "else concat @ w_o.T")
     assert "W_O used transposed" in multi_head_failure(multi_head_steps=wrong)
@@ -463,8 +466,8 @@ def test_a_wrong_per_head_caller_beside_a_wrong_attention_steps_still_loses_its_
 def test_a_raising_attention_steps_costs_multi_head_steps_nothing():
     ns = learner(attention_steps=SOURCE.replace("scores = q @ k.transpose(-2, -1)", "scores = q @ k.T"))
     with pytest.raises(AssertionError, match="k.T and k.t"):
-        checks.check_attention_steps(ns["attention_steps"])
-    checks.check_multi_head_steps(ns["multi_head_steps"])
+        run_check(CHAPTER, "attention_steps_hidden", ns["attention_steps"])
+    run_check(CHAPTER, "multi_head_steps_hidden", ns["multi_head_steps"])
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -474,7 +477,7 @@ def test_the_notebook_text_on_torch_func_transforms_matches_the_grading():
     # to grade it apart, this fails: then drop the exception from the notebook's text of exercise 4.
     assert multi_head_failure(multi_head_steps=VMAP) is None
     assert multi_head_failure(attention_steps=STEPS_MISSING_SCALE, multi_head_steps=VMAP) is not None
-    text = course.student_notebook(CHAPTER).read_text(encoding="utf-8")
+    text = registry.student_notebook(CHAPTER).read_text(encoding="utf-8")
     assert "torch.func.vmap" in text and "costs points here too" in text
 
 
@@ -482,10 +485,10 @@ def test_the_notebook_text_on_torch_func_transforms_matches_the_grading():
 def test_rows_with_no_allowed_key_may_be_nan_or_zeros_and_a_finite_fill_is_still_wrong():
     zeros = SOURCE.replace("    output = weights @ v  # (..., n, d_v)\n",
                            "    weights = torch.nan_to_num(weights, nan=0.0)\n    output = weights @ v\n")
-    checks.check_attention_steps(learner(attention_steps=zeros)["attention_steps"])
+    run_check(CHAPTER, "attention_steps_hidden", learner(attention_steps=zeros)["attention_steps"])
     finite = SOURCE.replace('scaled.masked_fill(~mask, float("-inf"))', "scaled.masked_fill(~mask, -1e9)")
     with pytest.raises(AssertionError, match="large finite number"):
-        checks.check_attention_steps(learner(attention_steps=finite)["attention_steps"])
+        run_check(CHAPTER, "attention_steps_hidden", learner(attention_steps=finite)["attention_steps"])
     assert any("no allowed key" in case.label for case in checks._attention_steps_cases(0))
 
 
@@ -507,4 +510,4 @@ def test_d_k_from_the_wrong_dimension_and_a_float32_scale_are_named():
     for old, new, named in [("d_k = q.size(-1)", "d_k = q.shape[1]", "d_k read from the wrong dimension"),
                             ("scaled = scores / math.sqrt(d_k)", "scaled = scores / torch.sqrt(torch.tensor(d_k))", "computed in float32")]:
         with pytest.raises(AssertionError, match=re.escape(named)):
-            checks.check_attention_steps(learner(attention_steps=SOURCE.replace(old, new))["attention_steps"])
+            run_check(CHAPTER, "attention_steps_hidden", learner(attention_steps=SOURCE.replace(old, new))["attention_steps"])

@@ -6,6 +6,7 @@ The notebook runs here by executing its cells in order in a fresh namespace (wha
 kernel), then calling the hidden checks in-process (run_local), as plain `nbgrader autograde` would."""
 
 import inspect
+import functools
 import math
 import re
 
@@ -15,23 +16,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder import build, course, demo
+from autograder.authoring import build, demo
+from autograder import registry
 from autograder.checks import ch04_multi_head as checks
+from autograder.checks import run_check
 from autograder.checks import grader_weights, generator, run_local
 from solutions import ch04_multi_head as ref
 from solutions.ch02_qkv_attention import scaled_dot_product_attention, stable_softmax
 
 CHAPTER = "04-multi-head"
+trials = registry.answers(CHAPTER)  # the chapter's test data: wrong answers, valid alternatives
 SEED = 7
 
 # --- Hidden checks: reference and catalogued mistakes ------------------------------------------------
 
 CHECKED = [
-    (checks.check_split_heads, ref.split_heads, checks.SPLIT_MISTAKES),
-    (checks.check_merge_heads, ref.merge_heads, checks.MERGE_MISTAKES),
-    (checks.check_MultiHeadAttention, ref.MultiHeadAttention, checks.MHA_MISTAKES),
-    (checks.check_mha_parameter_count, ref.mha_parameter_count, checks.COUNT_MISTAKES),
-    (checks.check_SelfAttention, ref.SelfAttention, checks.SA_MISTAKES),
+    (functools.partial(run_check, CHAPTER, "split_heads_hidden"), ref.split_heads, checks.SPLIT_MISTAKES),
+    (functools.partial(run_check, CHAPTER, "merge_heads_hidden"), ref.merge_heads, checks.MERGE_MISTAKES),
+    (functools.partial(run_check, CHAPTER, "MultiHeadAttention_hidden"), ref.MultiHeadAttention, checks.MHA_MISTAKES),
+    (functools.partial(run_check, CHAPTER, "mha_parameter_count_hidden"), ref.mha_parameter_count, checks.COUNT_MISTAKES),
+    (functools.partial(run_check, CHAPTER, "SelfAttention_hidden"), ref.SelfAttention, checks.SA_MISTAKES),
 ]
 
 
@@ -218,7 +222,7 @@ class MHAWithTorchSDPA(ref.MultiHeadAttention):
 ])
 def test_forbidden_built_ins_earn_nothing_even_when_right(cheat, named):
     with pytest.raises(AssertionError, match="the built-in this exercise asks you to write yourself") as failure:
-        checks.check_MultiHeadAttention(cheat)
+        run_check(CHAPTER, "MultiHeadAttention_hidden", cheat)
     assert named in str(failure.value)
 
 
@@ -246,9 +250,9 @@ class NotesLayers(ref.SelfAttention):
 @pytest.mark.usefixtures("grading_env")
 def test_parameters_that_do_not_load_are_explained():
     with pytest.raises(AssertionError, match="expected w_q.weight.*found w_qkv.weight"):
-        checks.check_MultiHeadAttention(FusedQKV)
+        run_check(CHAPTER, "MultiHeadAttention_hidden", FusedQKV)
     with pytest.raises(AssertionError, match=r"nn.Linear\(embed_size, embed_size, bias=False\)"):
-        checks.check_SelfAttention(NotesLayers)
+        run_check(CHAPTER, "SelfAttention_hidden", NotesLayers)
 
 
 def _learner_mha(namespace):
@@ -282,7 +286,7 @@ def test_a_callee_of_the_wrong_shape_costs_no_points_in_multi_head_attention():
 
 
 def student_notebook():
-    return nbformat.read(course.student_notebook(CHAPTER), as_version=4)
+    return nbformat.read(registry.student_notebook(CHAPTER), as_version=4)
 
 
 def run_cells(nb, only_visible=None):
@@ -389,9 +393,9 @@ def test_student_notebook_hides_the_solutions():
 CALLERS = {"split_heads": {"MultiHeadAttention_hidden"}, "merge_heads": {"MultiHeadAttention_hidden"}}
 
 
-@pytest.mark.parametrize("name", list(checks.WRONG_ANSWERS))
+@pytest.mark.parametrize("name", list(trials.WRONG_ANSWERS))
 def test_each_typical_mistake_is_caught_visibly_and_by_its_own_hidden_check_only(name):
-    wrong = checks.WRONG_ANSWERS[name]
+    wrong = trials.WRONG_ANSWERS[name]
     visible, namespace = run_cells(with_cells({}, [name]), only_visible={f"{wrong.function}_visible"})
     seen = visible[f"{wrong.function}_visible"]
     if wrong.visible:
@@ -405,7 +409,7 @@ def test_each_typical_mistake_is_caught_visibly_and_by_its_own_hidden_check_only
 def test_every_graded_category_has_a_mistake_the_visible_check_catches():
     for gid, check in checks.CHECKS.items():
         fn = gid.removesuffix("_hidden")
-        caught = {w.category for w in checks.WRONG_ANSWERS.values() if w.function == fn and w.visible}
+        caught = {w.category for w in trials.WRONG_ANSWERS.values() if w.function == fn and w.visible}
         assert set(check.categories) <= caught, f"{gid}: no visible wrong answer for {set(check.categories) - caught}"
 
 
@@ -563,7 +567,7 @@ def test_the_scale_mistakes_are_each_named_by_the_hidden_check():
 ])
 def test_a_count_that_is_not_an_int_loses_its_points(wrong, said):
     with pytest.raises(AssertionError, match="expected a Python int") as failure:
-        checks.check_mha_parameter_count(wrong)
+        run_check(CHAPTER, "mha_parameter_count_hidden", wrong)
     assert said in str(failure.value)
 
 
@@ -592,7 +596,7 @@ def test_the_module_visible_check_names_a_wrong_callee_not_the_module():
 @pytest.mark.xfail(strict=True, reason="library: the runner does not report the parameters of a module the learner's "
                    "count builds, so the count cannot be graded on its own (see the ch04 report of issue 15)")
 def test_a_count_built_from_a_wrong_module_is_graded_on_its_own():
-    count_from_module = checks.VALID_ANSWERS["count_from_own_module"].edits[0].new
+    count_from_module = trials.VALID_ANSWERS["count_from_own_module"].edits[0].new
     visible, namespace = run_cells(with_cells({"mha_parameter_count": count_from_module}, ["mha_bias_always"]))
     assert hidden(namespace, {"mha_parameter_count_hidden"})["mha_parameter_count_hidden"] == "passed"
 

@@ -13,12 +13,16 @@ import nbformat
 import pytest
 import torch
 
-from autograder import course, demo, nbchecks
+from autograder import registry
+from autograder.authoring import demo
+from autograder.checks import visible
 from autograder.checks import ch05_masks as checks
+from autograder.checks import run_check
 from autograder.checks import run_local
 from solutions import ch05_masks as ref
 
 CHAPTER = "05-masks"
+trials = registry.answers(CHAPTER)  # the chapter's test data: wrong answers, valid alternatives
 FUNCTIONS = ("causal_mask", "padding_mask", "combine_masks", "masked_attention", "dependency_matrix", "causal_mask_bottom_right")
 CATALOGUES = {
     "causal_mask": checks.CAUSAL_MISTAKES,
@@ -31,7 +35,7 @@ CATALOGUES = {
 
 
 def hidden(function):
-    return getattr(checks, f"check_{function}")
+    return functools.partial(run_check, CHAPTER, f"{function}_hidden")
 
 
 # --- Hidden checks on the reference and on the catalogued mistakes ---------------------------------------
@@ -65,13 +69,13 @@ def test_meta_pass_catches_a_mask_created_on_the_cpu():
         return torch.ones(n, n, dtype=torch.bool).tril()  # the device argument is ignored
 
     with pytest.raises(AssertionError, match="meta"):
-        checks.check_causal_mask(causal_mask_ignoring_device)
+        run_check(CHAPTER, "causal_mask_hidden", causal_mask_ignoring_device)
 
 
 @pytest.mark.usefixtures("grading_env")
 def test_a_float_mask_is_told_that_masks_are_boolean():
     with pytest.raises(AssertionError, match="masks in this course are boolean"):
-        checks.check_causal_mask(lambda n, device=None: torch.ones(n, n, device=device).tril())
+        run_check(CHAPTER, "causal_mask_hidden", lambda n, device=None: torch.ones(n, n, device=device).tril())
 
 
 def _attention_hiding_nan(q, k, v, mask=None, fill_value=float("-inf")):
@@ -83,8 +87,8 @@ def _attention_hiding_nan(q, k, v, mask=None, fill_value=float("-inf")):
 @pytest.mark.usefixtures("grading_env")
 def test_a_row_with_no_allowed_key_may_be_nan_or_zeros_with_the_default_fill():
     # The course's one rule (chapters 02 to 05): with fill -inf such a row is NaN (0/0) or all 0; both keep full marks.
-    checks.check_masked_attention(_attention_hiding_nan)
-    checks.check_masked_attention(ref.masked_attention)
+    run_check(CHAPTER, "masked_attention_hidden", _attention_hiding_nan)
+    run_check(CHAPTER, "masked_attention_hidden", ref.masked_attention)
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -98,7 +102,7 @@ def test_a_row_with_no_allowed_key_must_be_uniform_with_a_finite_fill():
         return out.masked_fill(empty, 0.0), weights.masked_fill(empty, 0.0)
 
     with pytest.raises(AssertionError, match="row 2 is uniform"):
-        checks.check_masked_attention(zeros_whatever_the_fill)
+        run_check(CHAPTER, "masked_attention_hidden", zeros_whatever_the_fill)
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -108,7 +112,7 @@ def test_a_hard_coded_fill_is_caught_by_what_it_does_wrong():
         return ref.masked_attention(q, k, v, mask, -1e9)
 
     with pytest.raises(AssertionError, match="a hard-coded fill such as -1e9") as failure:
-        checks.check_masked_attention(hard_coded)
+        run_check(CHAPTER, "masked_attention_hidden", hard_coded)
     assert "default fill -inf" in str(failure.value)
 
 
@@ -124,7 +128,7 @@ def test_a_fill_that_cannot_survive_float64_loses_the_points_the_visible_check_t
         return weights @ v, weights
 
     with pytest.raises(AssertionError, match=r"finfo\(torch.float64\).min \(float64 only\)") as failure:
-        checks.check_masked_attention(float32_fill)
+        run_check(CHAPTER, "masked_attention_hidden", float32_fill)
     assert "converted to float32" in str(failure.value)
     calls = checks.CHECKS["masked_attention_hidden"].plan(0, "cpu")
     only64 = [c for c in calls if checks.FLOAT64_ONLY in c.label]
@@ -143,10 +147,10 @@ def test_mask_not_applied_and_mask_after_softmax_are_told_apart():
         return weights @ v, weights
 
     with pytest.raises(AssertionError) as failure:
-        checks.check_masked_attention(not_applied)
+        run_check(CHAPTER, "masked_attention_hidden", not_applied)
     assert "the mask is not applied at all" in str(failure.value) and "after the softmax" not in str(failure.value)
     with pytest.raises(AssertionError) as failure:
-        checks.check_masked_attention(after_softmax)
+        run_check(CHAPTER, "masked_attention_hidden", after_softmax)
     assert "mask applied after the softmax" in str(failure.value) and "not applied at all" not in str(failure.value)
 
 
@@ -160,8 +164,8 @@ def test_a_padding_mask_that_reads_the_lengths_values_keeps_its_points():
             mask[b, :n] = True
         return mask[:, None, None, :]
 
-    checks.check_padding_mask(by_loop)
-    nbchecks.expect_meta(by_loop, torch.empty(3, dtype=torch.long, device="meta"), 4, shape=(3, 1, 1, 4), what="padding_mask on meta")
+    run_check(CHAPTER, "padding_mask_hidden", by_loop)
+    visible.expect_meta(by_loop, torch.empty(3, dtype=torch.long, device="meta"), 4, shape=(3, 1, 1, 4), what="padding_mask on meta")
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -172,7 +176,7 @@ def test_sdpa_is_forbidden_in_masked_attention():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), ref.masked_attention(q, k, v, mask, fill_value)[1]
 
     with pytest.raises(AssertionError, match="F.scaled_dot_product_attention"):
-        checks.check_masked_attention(via_sdpa)
+        run_check(CHAPTER, "masked_attention_hidden", via_sdpa)
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -183,11 +187,11 @@ def test_hidden_checks_use_the_grading_seed(monkeypatch):
         seen.append(lengths.clone() if lengths.device.type != "meta" else None)
         return ref.padding_mask(lengths, max_len)
 
-    checks.check_padding_mask(spy)
+    run_check(CHAPTER, "padding_mask_hidden", spy)
     first = seen[0]
     seen.clear()
     monkeypatch.setenv("COURSE_GRADING_SEED", "8")
-    checks.check_padding_mask(spy)
+    run_check(CHAPTER, "padding_mask_hidden", spy)
     assert not torch.equal(first, seen[0]) or first.shape != seen[0].shape, "a new grading seed must give new inputs"
 
 
@@ -196,7 +200,7 @@ def test_hidden_checks_use_the_grading_seed(monkeypatch):
 
 @functools.lru_cache(maxsize=1)
 def notebook_cells():
-    nb = nbformat.read(course.student_notebook(CHAPTER), as_version=4)
+    nb = nbformat.read(registry.student_notebook(CHAPTER), as_version=4)
     return [(c.metadata.get("nbgrader", {}), c.id, c.source) for c in nb.cells if c.cell_type == "code"]
 
 
@@ -255,11 +259,11 @@ def run_filled_notebook(wrong=(), valid=()):
     return outcomes
 
 
-@pytest.mark.parametrize("name", list(checks.WRONG_ANSWERS))
+@pytest.mark.parametrize("name", list(trials.WRONG_ANSWERS))
 def test_no_other_visible_check_fails_for_a_mistake_or_blames_the_wrong_function(name, capsys):
     # A caller's visible check may fail for its callee's mistake only by naming that callee (e.g. a bottom-right mask
     # built from a wrong causal_mask); the leakage proof in dependency_matrix's check never fails for it.
-    wrong = checks.WRONG_ANSWERS[name]
+    wrong = trials.WRONG_ANSWERS[name]
     outcomes = run_filled_notebook([name])
     edited = {wrong.function} | {e.function for e in wrong.also}
     for gid, error in outcomes.items():
@@ -282,7 +286,7 @@ def test_a_bottom_right_mask_built_from_a_wrong_causal_mask_is_told_so_visibly()
 @pytest.mark.parametrize("function", FUNCTIONS)
 def test_every_graded_category_has_a_wrong_answer_caught_by_the_visible_check(function):
     check = checks.CHECKS[f"{function}_hidden"]
-    seen = {w.category for w in checks.WRONG_ANSWERS.values() if w.function == function and w.visible}
+    seen = {w.category for w in trials.WRONG_ANSWERS.values() if w.function == function and w.visible}
     missing = [c for c in check.categories if c not in seen]
     assert not missing, f"{function}: no visible wrong answer of category {missing}"
 
@@ -290,7 +294,7 @@ def test_every_graded_category_has_a_wrong_answer_caught_by_the_visible_check(fu
 def test_a_mistake_in_masked_attention_is_shown_by_the_leakage_proof_only(capsys):
     # The proof in exercise 5's visible check runs YOUR attention; a leak is reported there, but
     # dependency_matrix's own checks (visible and hidden) still pass.
-    ns = learner_namespace(checks.WRONG_ANSWERS["attention_zero_fill"].edits)
+    ns = learner_namespace(trials.WRONG_ANSWERS["attention_zero_fill"].edits)
     run_visible("dependency_matrix", ns)
     out = capsys.readouterr().out
     assert "dependency_matrix: visible checks passed" in out and "your attention leaks" in out

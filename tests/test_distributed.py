@@ -29,7 +29,8 @@ import nbformat
 import psutil
 import pytest
 
-from autograder import demo, gradebook
+from autograder.authoring import demo
+from autograder.reporting import gradebook
 from conftest import ROOT, course_env, run_python
 from test_pipeline import read_summary
 
@@ -348,7 +349,7 @@ def test_the_coordinator_killed_and_resumed_grades_nothing_twice(tmp_path, postg
 def test_a_host_without_a_sandbox_is_retired_and_its_notebooks_graded_elsewhere(tmp_path):
     """A cluster of its own: first only a host without bubblewrap (it must refuse, be retired, and the batch wait),
     then a proper host joins and grades everything."""
-    from autograder import sandbox
+    from autograder.grading import sandbox
 
     env = course_env(DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION="1.0")
     scheduler_file = tmp_path / "scheduler.json"
@@ -392,8 +393,8 @@ def test_a_host_without_a_sandbox_is_retired_and_its_notebooks_graded_elsewhere(
 
 
 def test_cuda_jobs_go_only_to_workers_that_advertise_a_gpu(tmp_path, dask_cluster):
-    from autograder import cluster, sandbox
-    from autograder.worker import Settings
+    from autograder.grading import cluster, sandbox
+    from autograder.results import Settings
 
     address, _ = dask_cluster
     _two_workers(address)

@@ -20,7 +20,8 @@ import time
 import nbformat
 import pytest
 
-from autograder import demo, sandbox
+from autograder.authoring import demo
+from autograder.grading import sandbox
 from conftest import ROOT, course_env, run_python
 from test_pipeline import graded_cells
 from test_pipeline import read_summary as read_all_chapters

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from autograder import runner
+from autograder.checks import runner
 from conftest import ROOT
 
 # Each route: code that tries to get the value of a forbidden built-in (softmax, SDPA, nn.MultiheadAttention) on x.
@@ -108,7 +108,7 @@ print(json.dumps(results))
 
 
 def run(routes, arm):
-    script = SCRIPT.format(autograder=str(ROOT / "autograder"), arm=arm)
+    script = SCRIPT.format(autograder=str(ROOT / "autograder" / "checks"), arm=arm)
     result = subprocess.run([sys.executable, "-c", script, json.dumps(routes)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])

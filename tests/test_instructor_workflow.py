@@ -21,10 +21,11 @@ from datetime import datetime, timedelta, timezone
 import nbformat
 import pytest
 
-from autograder import demo, intake
+from autograder.authoring import demo
+from autograder.grading import intake
 from autograder.config import CourseConfigError, load_course_settings, parse_duration
-from autograder.latepenalty import PerDayPenalty
-from autograder.worker import CellScore, Result
+from autograder.reporting.latepenalty import PerDayPenalty
+from autograder.results import CellScore, Result
 from conftest import ROOT, course_env, run_python
 
 CHAPTER = "02-qkv-attention"
@@ -102,7 +103,7 @@ def test_course_configuration_is_read_and_checked(tmp_path):
     assert settings.due == {CHAPTER: datetime(2025, 3, 1, 22, 59)}  # 23:59 in Berlin is 22:59 UTC in March
     assert settings.extension(CHAPTER, "alice") == timedelta(days=1) and settings.extension(CHAPTER, "bob") == timedelta(hours=36)
     assert settings.extension(CHAPTER, "carol") is None
-    assert settings.penalty_plugin == "autograder.latepenalty.PerDayPenalty" and settings.penalty_options == {"percent_per_day": 5}
+    assert settings.penalty_plugin == "autograder.reporting.latepenalty.PerDayPenalty" and settings.penalty_options == {"percent_per_day": 5}
     assert load_course_settings(tmp_path / "absent.toml").due == {}, "no file: no due dates"
     wrong = {
         '[due]\n"02-qkv" = "2025-03-01 23:59"\n': "not a chapter id",
@@ -110,7 +111,7 @@ def test_course_configuration_is_read_and_checked(tmp_path):
         '[extensions."02-qkv-attention"]\nalice = "soon"\n': "not a duration",
         '[late_penalty]\npercent_per_dya = 5\n': "has no option",
         '[late_penalty]\nplugin = "nowhere.Plugin"\n': "cannot be imported",
-        '[late_penalty]\nplugin = "autograder.reports.CsvExport"\n': "not an nbgrader late-submission plugin",
+        '[late_penalty]\nplugin = "autograder.reporting.reports.CsvExport"\n': "not an nbgrader late-submission plugin",
         'due_dates = 1\n': "unknown setting",
         '[due\n': "",
     }

@@ -16,18 +16,19 @@ import importlib
 import nbformat
 import pytest
 
-from autograder import course, demo
+from autograder import registry
+from autograder.authoring import demo
 from autograder.checks import run_local
 
 SEED = 21
-CHAPTERS = course.graded_chapters()
+CHAPTERS = registry.graded_chapters()
 TRIALS = [(chapter, name) for chapter in CHAPTERS for name in demo.catalogue(chapter)]
 VALID = [(chapter, name) for chapter in CHAPTERS for name in demo.valid_answers(chapter)]
 VALID_SEEDS = (3, 21, 1234)  # grading seeds are drawn at random: a valid answer must pass on each
 
 
 def checks_of(chapter):
-    return importlib.import_module(f"autograder.checks.{course.module_name(chapter)}")
+    return importlib.import_module(f"autograder.checks.{registry.module_name(chapter)}")
 
 
 def run_notebook(nb):
@@ -78,7 +79,7 @@ def test_reference_passes_every_visible_and_hidden_check(reference_runs, chapter
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_untouched_notebook_is_told_what_is_missing(chapter):
-    nb = nbformat.read(course.student_notebook(chapter), as_version=4)
+    nb = nbformat.read(registry.student_notebook(chapter), as_version=4)
     namespace, outcomes = run_notebook(nb)
     for gid, check in checks_of(chapter).CHECKS.items():
         visible = gid.replace("_hidden", "_visible")

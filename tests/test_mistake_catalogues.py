@@ -19,14 +19,14 @@ import sys
 
 import pytest
 
-from autograder import course
+from autograder import registry
 from autograder.checks import run_local
 
 SEEDS = (3, 1234)  # grading seeds are drawn at random: the catalogue must hold on each
 
 
 def checks_of(chapter):
-    return importlib.import_module(f"autograder.checks.{course.module_name(chapter)}")
+    return importlib.import_module(f"autograder.checks.{registry.module_name(chapter)}")
 
 
 def catalogued(chapter):
@@ -69,7 +69,7 @@ def confusions(chapter, grade_id, seeds=SEEDS):
 KNOWN = {}
 REWARDED = {}
 
-CASES = [(chapter, grade_id) for chapter in course.graded_chapters()
+CASES = [(chapter, grade_id) for chapter in registry.graded_chapters()
          for grade_id in dict.fromkeys(g for g, _, _ in catalogued(chapter))]
 
 

@@ -9,11 +9,12 @@ import csv
 import nbformat
 import pytest
 
-from autograder import course, demo
+from autograder import registry
+from autograder.authoring import demo
 from conftest import run_python
 
 CHAPTER = "02-qkv-attention"
-CHAPTERS = course.graded_chapters()
+CHAPTERS = registry.graded_chapters()
 # Each wrong answer is a student of its own, named <chapter number>-<mistake>, with that chapter only.
 WRONG = {f"{chapter[:2]}-{name.replace('_', '-')}": (chapter, name, wrong) for chapter in CHAPTERS for name, wrong in demo.catalogue(chapter).items()}
 # Each valid answer written unlike the reference is a student of its own too, named <chapter number>-valid-<name>.
@@ -47,7 +48,7 @@ def corpus(tmp_path_factory):
     notebooks = {}
     for chapter in CHAPTERS:
         notebooks[("reference", chapter)] = demo.filled_submission(chapter)
-        notebooks[("blank", chapter)] = nbformat.read(course.student_notebook(chapter), as_version=4)
+        notebooks[("blank", chapter)] = nbformat.read(registry.student_notebook(chapter), as_version=4)
     for student, (chapter, name, _) in WRONG.items():
         notebooks[(student, chapter)] = demo.filled_submission(chapter, [name])
     for student, (chapter, name) in VALID.items():

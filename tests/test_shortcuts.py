@@ -1,9 +1,9 @@
-"""The static reading of learner code (autograder.shortcuts): forbidden built-ins and torch's private
+"""The static reading of learner code (autograder.grading.shortcuts): forbidden built-ins and torch's private
 machinery. Each rule is shown to flag the code it is for and to leave ordinary learner code alone."""
 
 import pytest
 
-from autograder import shortcuts
+from autograder.grading import shortcuts
 
 PRIVATE = [
     "with torch._C.DisableTorchFunction():\n    y = torch.softmax(x, -1)",

@@ -3,7 +3,7 @@
 A check has two halves:
 - `plan(seed, device) -> [Call]`: the calls of the learner's function on inputs drawn at grading time
   (several shapes, float32 and float64, the grading device, and once on the `meta` device). The grader
-  sends them into the sandbox, where `autograder.runner` makes each call and reports the raw outputs.
+  sends them into the sandbox, where `autograder.checks.runner` makes each call and reports the raw outputs.
 - `judge(calls, records)`: runs in the grading process. It decodes the reported outputs (plain .npy
   arrays, never pickle), computes the reference from `solutions/` on the same inputs, compares, and raises
   AssertionError with a diagnosis on the first disagreement.
@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from autograder import nbchecks, runner
+from autograder.checks import visible, runner
 
 # Tolerances per dtype. Every case runs in float64 and float32. float64 is where mistakes are caught: valid
 # orderings of the same arithmetic agree to ~1e-12 there, so its tolerance is tight. float32 checks that the
@@ -186,48 +186,9 @@ class Check:
     mistakes: dict = field(default_factory=dict)
     shape_mistakes: dict = field(default_factory=dict)
     gradient_mistakes: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class WrongAnswer:
-    """A typical mistake, as an edit of the reference source of one solution cell (for the end-to-end and
-    learner-trial tests, and the demo). Nothing is typed twice: the submission is the reference plus this edit."""
-
-    function: str  # grade id of the solution cell it edits
-    old: str  # text of the reference source that is replaced
-    new: str
-    diagnosis: str  # a fragment the hidden check's message must contain
-    fails: frozenset = frozenset()  # hidden-test grade ids that must lose points (default: <function>_hidden)
-    category: str = "values"  # values | shape | dtype | device | large | generator | gradient | weights | typed
-    visible: bool = True  # the visible check catches it too
-    also: tuple = ()  # further edits of other cells, Edit(...) each: e.g. a correct caller written in another call pattern
-
-    @property
-    def failing_cells(self) -> frozenset:
-        return frozenset(self.fails) or frozenset({f"{self.function}_hidden"})
-
-    @property
-    def edits(self) -> tuple:
-        return (Edit(self.function, self.old, self.new),) + tuple(self.also)
-
-
-@dataclass(frozen=True)
-class Edit:
-    """One edit of the reference source of a solution cell (by grade id): `old` replaced by `new` once;
-    old="" replaces the whole cell with `new` (a function written in another style from scratch)."""
-
-    function: str
-    old: str
-    new: str
-
-
-@dataclass(frozen=True)
-class ValidAnswer:
-    """A correct answer written unlike the reference (loops, einsum, torch.func, another call pattern of a
-    callee): edits of the reference sources that must keep full marks, visibly and hidden, on every seed."""
-
-    edits: tuple  # Edit(...) each
-    why: str = ""  # what makes it different from the reference
+    # Functions the check's calls pass by name (Fn) that the notebook defines in a read-only cell: in the sandbox they
+    # come from the notebook; run in this process on a namespace without them (a test), these are used.
+    given: dict = field(default_factory=dict)
 
 
 # --- Shipping calls to the runner and results back ----------------------------------------------------
@@ -402,6 +363,8 @@ def run_local(check: Check, fn, seed=None, device=None, namespace=None):
     specs, arrays = encode_calls(calls)
     if namespace is None:
         namespace = getattr(fn, "__globals__", None) or getattr(sys.modules.get(getattr(fn, "__module__", "")), "__dict__", {})
+    if check.given:
+        namespace = {**check.given, **namespace}
     records = [runner.run_call(fn, spec, arrays, tuple(check.forbidden), namespace, check.callees) for spec in specs]
 
     def rerun(indices, tables):
@@ -409,6 +372,31 @@ def run_local(check: Check, fn, seed=None, device=None, namespace=None):
                 for i, table in zip(indices, tables)]
 
     judge_with_replays(check, calls, records, rerun, function=getattr(fn, "__name__", check.function))
+
+
+def chapter_checks(chapter_id: str):
+    """The check module of a chapter (autograder.checks.chNN_...): its CHECKS by grade id, its catalogues."""
+    import importlib
+
+    from autograder import registry
+
+    return importlib.import_module(f"autograder.checks.{registry.module_name(chapter_id)}")
+
+
+def run_check(chapter_id: str, grade_id: str, answer, seed=None, device=None):
+    """Run the hidden check of one graded cell in this process: what every notebook's hidden-tests cell does
+    (`run_check("02-qkv-attention", "stable_softmax_hidden", globals())` under plain `nbgrader autograde`), and
+    how the tests run a check. `answer` is the notebook's namespace (a dict: the graded function or class is
+    looked up by the check's name, typed answers are read from it), or the graded function or class itself."""
+    check = chapter_checks(chapter_id).CHECKS[grade_id]
+    if isinstance(answer, dict):
+        namespace = answer
+        fn = namespace.get(check.function) if check.function else None
+        if check.function and fn is None:
+            raise AssertionError(f"{check.function} is not defined: run its cell (and the cells above it) first.")
+    else:
+        fn, namespace = answer, None
+    run_local(check, fn, seed=seed, device=device, namespace=namespace)
 
 
 # --- Judging ------------------------------------------------------------------------------------------
@@ -427,7 +415,7 @@ def explain_error(name, error, label, error_hints, error_in=None):
     if error.startswith("LookupError: parameter names differ"):
         return (f"{name}'s parameters do not have the names the exercise gives, so the grader cannot load its weights "
                 f"({error.split(': ', 2)[-1]}). Name the layers as the exercise says.")
-    for fragment, hint in list((error_hints or {}).items()) + list(nbchecks.COMMON_ERRORS.items()):
+    for fragment, hint in list((error_hints or {}).items()) + list(visible.COMMON_ERRORS.items()):
         if fragment in error:
             return f"{name} raised {error} on {label}.\nLikely mistake: {hint}"
     return f"{name} raised {error} on {label}."
@@ -783,7 +771,7 @@ def _expect(where, g, e, call, mistakes_run):
             raise AssertionError(f"{where}: its values could not be read ({g.unreadable or 'none were reported'}).")
         values = g.values.to(e.dtype) if e.dtype != torch.bool else g.values
         if e.is_floating_point():
-            values = nbchecks.masked_rows_as_expected(values, e)  # the course's rule for rows with no allowed key
+            values = visible.masked_rows_as_expected(values, e)  # the course's rule for rows with no allowed key
         if not _close(values, e, dtype):
             if e.dtype == torch.bool:
                 raise AssertionError(f"{where}: wrong entries ({int((g.values != e).sum())} of {e.numel()} differ)." + mistakes_run())
@@ -791,7 +779,7 @@ def _expect(where, g, e, call, mistakes_run):
             if not named and dtype == torch.float64 and lost_precision(values, e):
                 named = ("\nLikely mistake: computed in float32 (or another lower precision) and cast back: keep the "
                          "input's dtype throughout (no .float(), and new tensors with dtype=x.dtype).")
-            raise AssertionError(f"{where}: wrong values ({nbchecks.difference_in_words(values, e)})." + named)
+            raise AssertionError(f"{where}: wrong values ({visible.difference_in_words(values, e)})." + named)
         return
     value = _plain(g)
     if isinstance(e, bool) or e is None:
@@ -893,7 +881,7 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
                 error = str(record.get("error") or "") if isinstance(record, dict) else ""
                 if record.get("device_mix"):  # e.g. meta values written into a tensor created on the CPU
                     error += f" (in {', '.join(map(str, record['device_mix']))[:80]}, where a tensor on the CPU meets the inputs)"
-                elif not nbchecks.meta_failure_is_device_mistake(error):
+                elif not visible.meta_failure_is_device_mistake(error):
                     continue  # needs values (or fails otherwise on shapes only): no device mistake proven
                 raise AssertionError(
                     f"{function} mixes devices: with its inputs on device 'meta' ({call.label}) it raised {error}\n"

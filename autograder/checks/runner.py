@@ -140,7 +140,7 @@ def moved_off_meta(func, args, kwargs):
     a tensor of zeros of its shape on that device (else None). The move itself cannot run on 'meta' (there are no
     values to copy), but it is not a mistake by itself (lengths.cpu().tolist() is fine on a GPU): where the moved
     tensor then meets the meta inputs, the device-mix observer sees it, as a GPU would fail there.
-    (autograder/nbchecks.py keeps a copy for the visible checks, which run without this file.)"""
+    (autograder/checks/visible.py keeps a copy for the visible checks, which run without this file.)"""
     import torch
 
     name = getattr(func, "__name__", "")

@@ -11,86 +11,26 @@ message in its result.
 """
 
 import hashlib
-import html
 import importlib
 import json
 import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
 import numpy as np
 
-from autograder import course, sandbox, shortcuts
-from autograder.checks import encode_calls, judge_with_replays
+from autograder import registry
+from autograder.grading import sandbox, shortcuts
+from autograder.reporting.feedback import write_feedback
+from autograder.results import CellScore, Result, Settings, atomic_write
+from autograder.checks import encode_calls, judge_with_replays, runner
 
 MAX_NOTEBOOK_BYTES = 20 * 2**20
 RESTARTS = 3  # a cell that hangs or kills the process is skipped and the notebook run again, at most this often
 SKIP_WHEN_GRADING = ("check_helpers",)  # readonly cells that only serve the visible checks
-
-
-@dataclass
-class CellScore:
-    grade_id: str
-    score: float
-    max_score: float
-    message: str = ""
-
-
-@dataclass
-class Result:
-    student: str
-    chapter: str
-    status: str  # "graded", or "invalid" (the file is not a gradable notebook)
-    score: float = 0.0
-    max_score: float = 0.0
-    cells: list = field(default_factory=list)
-    notes: list = field(default_factory=list)  # problems with the run (time limits, crashes, cells skipped)
-    error: str = ""
-    sha256: str = ""
-    seed: int = 0
-    device: str = ""
-    sandbox: str = ""
-    seconds: float = 0.0
-
-    @property
-    def first_problem(self) -> str:
-        """One line for the table: what went wrong first. When a time limit or a crash stopped part of the
-        notebook, that cause comes first (the errors that follow from it, NameErrors, say less)."""
-        if self.error:
-            return self.error
-        lost = [c for c in self.cells if c.score < c.max_score]
-        stopped = [n for n in self.notes if " was stopped: " in n]
-        stopped += [line for c in lost for line in c.message.splitlines()[:1] if line.startswith("not run: the notebook stopped")]
-        if lost:
-            lines = lost[0].message.splitlines() or ["no points"]
-            likely = [line for line in lines if line.startswith("Likely mistake")]
-            first = f"{(likely or lines)[0]} [{lost[0].grade_id}]"
-            return f"{stopped[0]}; then: {first}" if stopped and not first.startswith(stopped[0]) else first
-        return self.notes[0] if self.notes else ""
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Result":
-        data = dict(data)
-        data["cells"] = [CellScore(**c) for c in data.get("cells", [])]
-        return cls(**data)
-
-
-@dataclass
-class Settings:
-    """What every worker needs to grade: the same for the whole run."""
-
-    workdir: str
-    seed: int
-    device: str
-    sandbox_mode: str
-    limits: sandbox.Limits
 
 
 def _nbgrader(cell) -> dict:
@@ -229,7 +169,7 @@ def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dic
     ]
     (job_dir / "job.json").write_text(json.dumps({"cells": run_cells, "probes": probes}), encoding="utf-8")
     np.savez(job_dir / "inputs.npz", **arrays)
-    shutil.copy(Path(__file__).with_name("runner.py"), job_dir / "runner.py")
+    shutil.copy(Path(runner.__file__), job_dir / "runner.py")
     for path in [job_dir, *job_dir.iterdir()]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return calls_by_cell
@@ -356,12 +296,12 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points,
 
 
 def released_notebook(workdir: Path, chapter: str):
-    return nbformat.read(Path(workdir) / "release" / chapter / f"{course.NOTEBOOK}.ipynb", as_version=4)
+    return nbformat.read(Path(workdir) / "release" / chapter / f"{registry.NOTEBOOK}.ipynb", as_version=4)
 
 
 def cell_points(workdir: Path, chapter: str) -> dict:
     """Points of each graded cell, from the instructor notebook nbgrader generated (the gradebook's source)."""
-    nb = nbformat.read(Path(workdir) / "source" / chapter / f"{course.NOTEBOOK}.ipynb", as_version=4)
+    nb = nbformat.read(Path(workdir) / "source" / chapter / f"{registry.NOTEBOOK}.ipynb", as_version=4)
     return {_nbgrader(c)["grade_id"]: float(_nbgrader(c)["points"]) for c in nb.cells if _nbgrader(c).get("grade")}
 
 
@@ -369,7 +309,7 @@ def grade_submission(student: str, chapter: str, notebook: Path, settings: Setti
     """Grade one notebook; write its autograded copy and feedback. Never raises for a bad submission."""
     start = time.perf_counter()
     workdir = Path(settings.workdir)
-    checks_module = importlib.import_module(f"autograder.checks.{course.module_name(chapter)}")
+    checks_module = importlib.import_module(f"autograder.checks.{registry.module_name(chapter)}")
     points = cell_points(workdir, chapter)
     result = Result(student, chapter, "graded", max_score=sum(points.values()), seed=settings.seed, device=settings.device, sandbox=settings.sandbox_mode)
     try:
@@ -413,114 +353,8 @@ def write_autograded(workdir: Path, result: Result, released, submitted, cells, 
             cell.source = f"# Graded by the course's hidden check ({v.max_score:g} points)."
             text = f"{v.score:g}/{v.max_score:g} points" + (f"\n{v.message}" if v.message else "")
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
-    path = workdir / "autograded" / result.student / result.chapter / f"{course.NOTEBOOK}.ipynb"
+    path = workdir / "autograded" / result.student / result.chapter / f"{registry.NOTEBOOK}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, nbformat.writes(nb))
+    atomic_write(path, nbformat.writes(nb))
 
 
-FEEDBACK_CSS = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
-pre{background:#f6f8fa;padding:.6rem;overflow-x:auto;white-space:pre-wrap}.pass{color:#1a7f37}.fail{color:#cf222e}
-.cell{border-left:4px solid #ddd;padding-left:.8rem;margin:1.2rem 0}.note{background:#fff8c5;padding:.5rem}"""
-
-
-def write_feedback(workdir: Path, result: Result, cells, by_cell, skip):
-    """feedback/<student>/<chapter>/exercises.html: the learner's code, outputs and each check's verdict.
-    The hidden checks' code, inputs and expected values are not in it (they never were in the notebook)."""
-    e = html.escape
-    parts = [f"<!doctype html><meta charset='utf-8'><title>Feedback: {e(result.chapter)}</title><style>{FEEDBACK_CSS}</style>",
-             f"<h1>Feedback: {e(result.chapter)}</h1>",
-             f"<!--summary-->{feedback_summary(result)}<!--/summary-->"]
-    verdicts = {c.grade_id: c for c in result.cells}
-    for cell in cells:
-        done = by_cell.get(cell["index"], {}).get("done", {})
-        if cell["kind"] == "probe":
-            v = verdicts[cell["probe"]]
-            parts.append(f"<div class='cell'><!--check:{_marker(v.grade_id)}-->{feedback_check(v)}<!--/check--></div>")
-            continue
-        if cell["origin"].startswith("the course's"):
-            continue
-        parts.append(f"<div class='cell'><h4>{e(cell['origin'])}</h4><pre>{e(cell['source'])}</pre>")
-        if cell["index"] in skip:
-            parts.append(f"<p class='fail'>{e(skip[cell['index']])}</p>")
-        for stream in ("stdout", "stderr"):
-            if done.get(stream):
-                parts.append(f"<pre>{e(str(done[stream]))}</pre>")
-        if done.get("error"):
-            parts.append(f"<pre class='fail'>{e(str(done['error']))}</pre>")
-        parts.append("</div>")
-    path = workdir / "feedback" / result.student / result.chapter / f"{course.NOTEBOOK}.html"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, "\n".join(parts) + "\n")
-
-
-def _marker(grade_id: str) -> str:
-    return html.escape(grade_id).replace("-", "&#45;")  # grade ids are the course's; never "--" inside a comment
-
-
-def feedback_summary(result: Result, final: dict | None = None) -> str:
-    """The feedback's header: student, score, and the notes. `final` (from the reports, after formgrader
-    and due dates): score, raw_score, penalty, late, submitted, due, manual (grade ids), comments, notes."""
-    e = html.escape
-    final = final or {}
-    score = final.get("score", result.score)
-    parts = [f"<p>Student: <b>{e(result.student)}</b>. Score: <b>{score:g} / {result.max_score:g}</b>.</p>"]
-    if final.get("manual"):
-        parts.append(f"<p class='note'>Your instructor graded {len(final['manual'])} check(s) by hand "
-                     f"({e(', '.join(final['manual']))}); their score replaces the automatic one.</p>")
-    if final.get("submitted"):
-        when = f"Submitted {e(final['submitted'])}"
-        if final.get("due"):
-            when += f"; due {e(final['due'])}"
-        if final.get("late"):
-            when += f": <b>late by {e(final['late'])}</b>"
-            if final.get("penalty"):
-                when += f", late penalty {final['penalty']:g} (score before it: {final.get('raw_score', result.score):g})"
-        parts.append(f"<p>{when}.</p>")
-    if result.error:
-        parts.append(f"<p class='note'>This notebook could not be graded: {e(result.error)}</p>")
-    for note in list(final.get("notes", [])) + list(result.notes):
-        parts.append(f"<p class='note'>{e(note)}</p>")
-    for cell, comment in final.get("comments", []):
-        parts.append(f"<p class='note'>Comment from your instructor on {e(cell)}:</p><pre>{e(comment)}</pre>")
-    return "\n".join(parts)
-
-
-def feedback_check(v: CellScore, manual: float | None = None) -> str:
-    """One check's verdict; with `manual`, the score the instructor gave in its place."""
-    e = html.escape
-    score = v.score if manual is None else manual
-    cls = "pass" if score >= v.max_score else "fail"
-    text = f"<h3 class='{cls}'>Check {e(v.grade_id)}: {score:g} / {v.max_score:g}</h3>"
-    if manual is not None:
-        text += f"<p class='note'>Graded by your instructor (the automatic check gave {v.score:g}).</p>"
-    if v.message:
-        text += f"<pre>{e(v.message)}</pre>"
-    return text
-
-
-def refresh_feedback(workdir: Path, result: Result, final: dict, manual: dict) -> bool:
-    """Rewrite the score parts of an existing feedback file with the final numbers (manual grades, late
-    penalty, notes); the learner's code and outputs stay as the grading run wrote them. True if changed."""
-    import re
-
-    path = Path(workdir) / "feedback" / result.student / result.chapter / f"{course.NOTEBOOK}.html"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return False
-    new = re.sub(r"<!--summary-->.*?<!--/summary-->", lambda m: f"<!--summary-->{feedback_summary(result, final)}<!--/summary-->", text, count=1, flags=re.S)
-    for v in result.cells:
-        marker = _marker(v.grade_id)
-        new = re.sub(rf"<!--check:{re.escape(marker)}-->.*?<!--/check-->",
-                     lambda m, v=v, marker=marker: f"<!--check:{marker}-->{feedback_check(v, manual.get(v.grade_id))}<!--/check-->",
-                     new, count=1, flags=re.S)
-    if new == text:
-        return False
-    _atomic_write(path, new)
-    return True
-
-
-def _atomic_write(path: Path, text: str):
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

@@ -1,19 +1,19 @@
 """Grade a folder of submissions: <submissions>/<student>/<chapter-id>/exercises.ipynb.
 
 The steps:
-1. `autograder.intake` finds the submissions and accounts for everything else in the folder (each entry
+1. `autograder.grading.intake` finds the submissions and accounts for everything else in the folder (each entry
    that cannot be graded gets a status: missing, ambiguous, unknown-chapter, refused, stray).
 2. nbgrader `generate_assignment` fills the gradebook and the released notebooks (the trusted templates).
-3. Each submission is graded on its own by `autograder.worker`, as a job on Dask (`autograder.cluster`): an
+3. Each submission is graded on its own by `autograder.grading.notebook`, as a job on Dask (`autograder.grading.cluster`): an
    embedded cluster of N single-threaded worker processes on this machine (default: all cores), or a running
    Dask cluster (`--scheduler`); the learner's code runs in the sandbox, the worker judges the outputs.
 4. Each result is saved at once (results/<student>/<chapter>.json, atomically) and then recorded in nbgrader's
    gradebook (automatic scores only: manual scores given in formgrader are never touched) by this process
    alone, one transaction per notebook; the gradebook is SQLite in the workdir or any database (`--db`,
-   `autograder.gradebook`).
+   `autograder.reporting.gradebook`).
 5. Due dates, extensions and submission times go into the gradebook; late penalties are computed by the
-   configured nbgrader plugin (`autograder.latepenalty`).
-6. Reports (`autograder.reports`), rebuilt from the whole working directory and gradebook: the table,
+   configured nbgrader plugin (`autograder.reporting.latepenalty`).
+6. Reports (`autograder.reporting.reports`), rebuilt from the whole working directory and gradebook: the table,
    summary.csv, scores/<chapter>.csv, grades.csv, the feedback's scores, last_run.json.
 
 Resuming: a run killed in any way (Ctrl-C, kill -9, power cut) leaves every finished result on disk; the
@@ -36,12 +36,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from autograder import cluster, course, intake, reports, sandbox
-from autograder import gradebook as gradebook_db
-from autograder.build import generate_assignments
+from autograder.grading import cluster, intake, sandbox
+from autograder import registry
+from autograder.reporting import reports
+from autograder.reporting import gradebook as gradebook_db
+from autograder.authoring.build import generate_assignments
 from autograder.config import CELL_TIMEOUT_S, COURSE_CONFIG, CourseConfigError, load_course_settings, nbgrader_api
-from autograder.latepenalty import apply_due_dates, assign_penalties
-from autograder.worker import Settings
+from autograder.reporting.latepenalty import apply_due_dates, assign_penalties
+from autograder.results import Settings
 
 NO_SANDBOX_WARNING = """
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
@@ -52,7 +54,7 @@ NO_SANDBOX_WARNING = """
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
 """
 EXIT_OK, EXIT_NOT_ALL_GRADED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-# Workers are started fresh (the embedded Dask cluster spawns them, autograder.cluster), never forked from this
+# Workers are started fresh (the embedded Dask cluster spawns them, autograder.grading.cluster), never forked from this
 # process: a child forked after the parent used OpenMP (torch's CPU kernels, e.g. while building the
 # assignments) can hang on its first torch op.
 ACCOUNT_LINES = 40  # skipped entries listed at the end of a run (all of them are in summary.csv)
@@ -83,7 +85,7 @@ def _sha256(path: Path) -> str:
 
 
 def _release_hash(workdir: Path, chapter: str) -> str:
-    return hashlib.sha256((workdir / "release" / chapter / f"{course.NOTEBOOK}.ipynb").read_bytes()).hexdigest()
+    return hashlib.sha256((workdir / "release" / chapter / f"{registry.NOTEBOOK}.ipynb").read_bytes()).hexdigest()
 
 
 def result_path(workdir: Path, student: str, chapter: str) -> Path:
@@ -108,7 +110,7 @@ def load_done(workdir: Path, student: str, chapter: str, notebook: Path, seed: i
 def _copy_submitted(workdir: Path, sub: intake.Submission):
     """submitted/<student>/<chapter>/exercises.ipynb (and nbgrader's timestamp.txt), for formgrader: a copy
     of a regular file under the name nbgrader expects, whatever it was called; never follow a link."""
-    target = workdir / "submitted" / sub.student / sub.chapter / f"{course.NOTEBOOK}.ipynb"
+    target = workdir / "submitted" / sub.student / sub.chapter / f"{registry.NOTEBOOK}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
     notebook = sub.path
     if notebook.is_file() and not notebook.is_symlink() and notebook.stat().st_size <= 20 * 2**20:
@@ -160,7 +162,7 @@ def _read_state(workdir: Path) -> dict:
 
 
 def course_settings(workdir: Path, course_config=None, state=None):
-    """The course configuration: --course-config, else the one the run used before, else <workdir>/course.toml."""
+    """The course configuration: --course-config, else the one the run used before, else <workdir>/registry.toml."""
     state = state if state is not None else _read_state(workdir)
     path = Path(course_config).resolve() if course_config else Path(state["course_config"]) if state.get("course_config") else workdir / COURSE_CONFIG
     if course_config and not path.exists():
@@ -195,7 +197,7 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
     _quiet_nbgrader()
     submissions, workdir = Path(submissions).resolve(), Path(workdir).resolve()
     if not submissions.is_dir():
-        raise UsageError(f"{submissions} is not a folder of submissions (<student>/<chapter-id>/{course.NOTEBOOK}.ipynb)")
+        raise UsageError(f"{submissions} is not a folder of submissions (<student>/<chapter-id>/{registry.NOTEBOOK}.ipynb)")
     state = _read_state(workdir)
     settings_file = course_settings(workdir, course_config, state)
     db_url, has_gradebook = gradebook_url(workdir, db)
@@ -207,7 +209,7 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
     if not selected and not (selected_skipped and has_gradebook):
         _print_account(selected_skipped, ignored, out)
         raise UsageError(f"no submissions found in {submissions}" + (" for the selection (--only/--chapter)" if forced else "") +
-                         f" (expected <student>/<chapter-id>/{course.NOTEBOOK}.ipynb)" +
+                         f" (expected <student>/<chapter-id>/{registry.NOTEBOOK}.ipynb)" +
                          (f"; {len(selected_skipped)} entr(ies) could not be graded, listed above" if selected_skipped else ""))
 
     mode = sandbox.mode()
@@ -406,7 +408,7 @@ def _print_account(skipped, ignored, out, outcome=None, rows=None, graded_now=0)
 
 def _print_outputs(workdir: Path, out):
     print(f"grades:   {workdir / 'grades.csv'}\nsummary:  {workdir / 'summary.csv'}\nscores:   {workdir / 'scores'}/<chapter>.csv\n"
-          f"feedback: {workdir / 'feedback'}/<student>/<chapter>/{course.NOTEBOOK}.html", file=out)
+          f"feedback: {workdir / 'feedback'}/<student>/<chapter>/{registry.NOTEBOOK}.html", file=out)
 
 
 def report(workdir: Path, course_config=None, out=sys.stdout, db=None) -> int:

@@ -43,7 +43,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import course
+from autograder import registry
+from autograder.results import Result, Settings
 
 SCHEDULER_PORT = 8786  # Dask's own default
 # Dask's allowed-failures of the embedded cluster: a notebook whose grading worker dies this often + 1 is given up.
@@ -74,7 +75,7 @@ class Job:
     size: int  # the file's size: a notebook over the size limit is refused without being sent
     release: bytes  # release/<chapter>/exercises.ipynb: the trusted notebook that runs
     source: bytes  # source/<chapter>/exercises.ipynb: the points of each graded cell
-    settings: object  # autograder.worker.Settings (workdir: the coordinator's; replaced on the worker)
+    settings: object  # autograder.grading.notebook.Settings (workdir: the coordinator's; replaced on the worker)
     code: str  # code_version() of the coordinator
 
 
@@ -87,8 +88,8 @@ def code_version() -> str:
     import torch
 
     digest = hashlib.sha256(f"torch {torch.__version__.split('+')[0]} numpy {numpy.__version__}\n".encode())
-    root = course.ROOT
-    files = [root / "autograder" / f"{name}.py" for name in ("worker", "runner", "sandbox", "shortcuts", "course")]
+    root = registry.ROOT
+    files = [root / "autograder" / name for name in ("registry.py", "results.py", "grading/notebook.py", "grading/sandbox.py", "grading/shortcuts.py")]
     files += sorted((root / "autograder" / "checks").glob("*.py")) + sorted((root / "solutions").glob("*.py"))
     for path in files:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
@@ -97,17 +98,17 @@ def code_version() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _host_sandbox() -> str:
-    from autograder import sandbox
+    from autograder.grading import sandbox
 
     return sandbox.mode()
 
 
 def make_job(workdir: Path, sub, settings, chapter_files: dict) -> Job:
     """The job for one submission (intake.Submission); `chapter_files` caches each chapter's notebooks."""
-    from autograder.worker import MAX_NOTEBOOK_BYTES
+    from autograder.grading.notebook import MAX_NOTEBOOK_BYTES
 
     if sub.chapter not in chapter_files:
-        chapter_files[sub.chapter] = tuple((Path(workdir) / kind / sub.chapter / f"{course.NOTEBOOK}.ipynb").read_bytes()
+        chapter_files[sub.chapter] = tuple((Path(workdir) / kind / sub.chapter / f"{registry.NOTEBOOK}.ipynb").read_bytes()
                                            for kind in ("release", "source"))
     release, source = chapter_files[sub.chapter]
     path = Path(sub.path)
@@ -126,7 +127,7 @@ def run_job(job: Job):
 
     A problem of this host (no sandbox, another version of the course, no room in /tmp) raises
     HostCannotGrade, so that Dask retries the job; a problem of the notebook is in the result."""
-    from autograder.worker import Result, Settings, grade_submission
+    from autograder.grading.notebook import grade_submission
 
     host = socket.gethostname()
     try:
@@ -151,10 +152,10 @@ def run_job(job: Job):
         workdir = Path(tmp)
         try:
             for kind, data in (("release", job.release), ("source", job.source)):
-                target = workdir / kind / job.chapter / f"{course.NOTEBOOK}.ipynb"
+                target = workdir / kind / job.chapter / f"{registry.NOTEBOOK}.ipynb"
                 target.parent.mkdir(parents=True)
                 target.write_bytes(data)
-            notebook = workdir / "submission" / f"{course.NOTEBOOK}.ipynb"
+            notebook = workdir / "submission" / f"{registry.NOTEBOOK}.ipynb"
             notebook.parent.mkdir()
             if job.notebook is None:
                 notebook.symlink_to(os.devnull)  # read_submission refuses it, as it would the original link
@@ -320,7 +321,6 @@ def _failure(job: Job, exc: BaseException | None, lost=False):
     """The result of a job Dask gave up on: a worker that kept dying, a host that could not grade, the scheduler lost."""
     from distributed.scheduler import KilledWorker
 
-    from autograder.worker import Result
 
     if lost or exc is None:
         text = LOST

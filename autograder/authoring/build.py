@@ -21,7 +21,7 @@ import jupytext
 import nbformat
 import torch
 
-from autograder import course
+from autograder import registry
 from autograder.config import nbgrader_api
 
 NBGRADER_SCHEMA = 3
@@ -93,7 +93,7 @@ def tensor(data, dtype=None):
 #      of the edge of that band (BOUNDARY_ULPS ulps from the boundary): about 1e-7 of values drawn at random
 #      (the chance of any rounding to 8 digits), and exact data does not land there.
 
-VISIBLE_TOLERANCE = (1e-4, 1e-4)  # (atol, rtol): nbchecks.expect_close's defaults, used by the float32 checks
+VISIBLE_TOLERANCE = (1e-4, 1e-4)  # (atol, rtol): checks.visible.expect_close's defaults, used by the float32 checks
 CONDITIONING = 0.1  # a float32 case is refused when other kernels' rounding moves a result by more than this
 #                     fraction of the visible check's tolerance
 KERNEL_NOISE = 2.0**-21  # other kernels' rounding of a float32 result, relative (about 4 float32 ulps)
@@ -430,18 +430,40 @@ def mistakes(reference, variants: dict, *args, index=None, dtype=None, ill_condi
     return "{\n" + "\n".join(entries) + "\n}" if entries else "{}"
 
 
+HIDDEN_TESTS_CELL = """```{{code-cell}} ipython3
+:kind: tests
+:grade_id: {grade_id}
+:points: {points}
+# Hidden checks run here when your notebook is graded{note}.
+### BEGIN HIDDEN TESTS
+from autograder.checks import run_check
+run_check({chapter_id!r}, {grade_id!r}, globals())
+### END HIDDEN TESTS
+```"""
+
+
+def hidden_tests_cell(chapter_id: str, checks, grade_id: str, points: int, note: str = "") -> str:
+    """The graded cell of an exercise, the same in every chapter: `{{ hidden_tests("f_hidden", points=3) }}` in a
+    source (note: words on what the check runs on, shown in the student notebook). Its hidden part (stripped
+    from the student notebook) runs the check of CHECKS[grade_id]."""
+    if grade_id not in checks.CHECKS:
+        raise BuildError(f"{chapter_id}: hidden_tests({grade_id!r}): the chapter's checks have no CHECKS[{grade_id!r}]")
+    return HIDDEN_TESTS_CELL.format(chapter_id=chapter_id, grade_id=grade_id, points=points, note=f" ({note})" if note else "")
+
+
 def render_source(chapter_id: str, template_text: str | None = None) -> str:
-    name = course.module_name(chapter_id)
+    name = registry.module_name(chapter_id)
     reference = importlib.import_module(f"solutions.{name}")
     checks = importlib.import_module(f"autograder.checks.{name}")
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     if template_text is None:
-        template_text = course.instructor_source(chapter_id).read_text(encoding="utf-8")
+        template_text = registry.instructor_source(chapter_id).read_text(encoding="utf-8")
     template = env.from_string(template_text)
-    helpers = (course.ROOT / "autograder" / "nbchecks.py").read_text(encoding="utf-8")
+    helpers = (registry.ROOT / "autograder" / "checks" / "visible.py").read_text(encoding="utf-8")
     with _Float32Arithmetic():
         return template.render(
             check_helpers=helpers.strip(),
+            hidden_tests=lambda grade_id, points, note="": hidden_tests_cell(chapter_id, checks, grade_id, points, note),
             solution=lambda fn_name: solution_source(reference, fn_name),
             answer=lambda grade_id: "### BEGIN SOLUTION\n" + reference.ANSWER_CELLS[grade_id].strip() + "\n### END SOLUTION",
             source=lambda fn_name, module=None: inspect.getsource(getattr(importlib.import_module(f"solutions.{module}") if module else reference, fn_name)).rstrip(),
@@ -504,9 +526,9 @@ def instructor_notebook(chapter_id: str, template_text: str | None = None) -> nb
 
 def write_instructor_sources(workdir: Path, chapters=None) -> list[str]:
     """Render every chapter's instructor notebook into <workdir>/source/<chapter>/exercises.ipynb."""
-    chapters = chapters or course.graded_chapters()
+    chapters = chapters or registry.graded_chapters()
     for chapter_id in chapters:
-        target = workdir / "source" / chapter_id / f"{course.NOTEBOOK}.ipynb"
+        target = workdir / "source" / chapter_id / f"{registry.NOTEBOOK}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(instructor_notebook(chapter_id), target)
     return chapters
@@ -527,12 +549,12 @@ def normalized_json(nb) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def build_student_notebooks(workdir: Path, out_root: Path = course.ROOT, chapters=None) -> list[Path]:
+def build_student_notebooks(workdir: Path, out_root: Path = registry.ROOT, chapters=None) -> list[Path]:
     """Generate the student notebooks and copy them into chapters/<chapter>/exercises.ipynb."""
     written = []
     for chapter_id in generate_assignments(workdir, chapters):
-        released = nbformat.read(workdir / "release" / chapter_id / f"{course.NOTEBOOK}.ipynb", as_version=4)
-        target = out_root / "chapters" / chapter_id / f"{course.NOTEBOOK}.ipynb"
+        released = nbformat.read(workdir / "release" / chapter_id / f"{registry.NOTEBOOK}.ipynb", as_version=4)
+        target = out_root / "chapters" / chapter_id / f"{registry.NOTEBOOK}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(normalized_json(released), encoding="utf-8")
         written.append(target)

@@ -1,5 +1,7 @@
 """The course's chapters and where each of their pieces lives. Chapter ids are stable names."""
 
+import importlib.util
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,3 +39,20 @@ def student_notebook(chapter_id: str) -> Path:
 def graded_chapters() -> list[str]:
     """Chapters that have exercises (an instructor source)."""
     return [cid for cid in CHAPTER_IDS if instructor_source(cid).exists()]
+
+
+def answers(chapter_id: str):
+    """The chapter's test data, autograder/source/<chapter>/answers.py (WRONG_ANSWERS, VALID_ANSWERS), loaded
+    as a module (its folder's name is not a Python name). Tests, the demo and scripts read it; grading never does."""
+    name = f"course_answers_{module_name(chapter_id)}"
+    if name not in sys.modules:
+        path = instructor_source(chapter_id).with_name("answers.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]

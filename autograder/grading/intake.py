@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autograder import course
+from autograder import registry
+from autograder.results import Skipped
 
 MAX_PEEK_BYTES = 20 * 2**20  # notebooks outside a chapter folder are read to find their chapter (as the worker's limit)
 # Never valid in an id: they hide or reorder what the instructor reads (terminal, CSV, HTML).
@@ -52,18 +53,6 @@ class Submission:
         """What the reports need to know about where and when it was found (saved with its result)."""
         return {"notes": list(self.notes), "path": str(self.path),
                 "timestamp": self.timestamp.isoformat() if self.timestamp else None, "timestamp_source": self.timestamp_source}
-
-
-@dataclass
-class Skipped:
-    student: str  # printable: escaped where the folder name cannot be shown as it is
-    chapter: str  # "" when it is not known
-    status: str  # one of STATUSES
-    message: str
-    path: str = ""
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def printable(name: str) -> str:
@@ -96,7 +85,7 @@ def id_problem(name: str) -> str | None:
         return "the folder name starts or ends with a space"
     if len(name.encode("utf-8")) > 128:
         return "the folder name is longer than 128 bytes"
-    if name in course.CHAPTER_IDS:
+    if name in registry.CHAPTER_IDS:
         return "this is a chapter id, not a student: pass the folder that holds the students' folders"
     return None
 
@@ -104,9 +93,9 @@ def id_problem(name: str) -> str | None:
 def chapter_grade_ids() -> dict:
     """{chapter: its graded and solution cells' grade ids}, from the student notebooks in chapters/."""
     ids = {}
-    for chapter in course.graded_chapters():
+    for chapter in registry.graded_chapters():
         try:
-            nb = json.loads(course.student_notebook(chapter).read_text(encoding="utf-8"))
+            nb = json.loads(registry.student_notebook(chapter).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         ids[chapter] = {gid for gid in (_grade_id(c) for c in nb.get("cells", [])) if gid}
@@ -168,7 +157,7 @@ def _is_notebook(path: Path) -> bool:
 def discover(folder: Path, exclude: Path | None = None, chapters=None):
     """(submissions, skipped, ignored): what to grade, what cannot be graded (with why), and what was left
     out on purpose (the working directory when it lies inside the folder)."""
-    chapters = list(chapters or course.graded_chapters())
+    chapters = list(chapters or registry.graded_chapters())
     known = {c: ids for c, ids in chapter_grade_ids().items() if c in chapters}
     subs, skipped, ignored, seen_ids = [], [], [], {}
     hidden = sorted(printable(p.name) for p in folder.iterdir() if p.name.startswith(".") or p.name == "__MACOSX")
@@ -184,7 +173,7 @@ def discover(folder: Path, exclude: Path | None = None, chapters=None):
             skipped.append(Skipped(name, "", "refused", "a symbolic link, not a folder (links are not followed)", rel))
             continue
         if not entry.is_dir():
-            hint = f"; if it is a submission, put it in <student>/<chapter-id>/{course.NOTEBOOK}.ipynb" if entry.suffix.lower() == ".ipynb" else ""
+            hint = f"; if it is a submission, put it in <student>/<chapter-id>/{registry.NOTEBOOK}.ipynb" if entry.suffix.lower() == ".ipynb" else ""
             skipped.append(Skipped(name, "", "stray", f"a file where a student's folder was expected{hint}", rel))
             continue
         problem = id_problem(entry.name)
@@ -255,8 +244,8 @@ def _student(folder: Path, student: str, chapters, known):
             continue
         notebook = notebooks[0]
         notes = []
-        if notebook.name != f"{course.NOTEBOOK}.ipynb":
-            notes.append(f"graded {rel}/{printable(notebook.name)}, the only notebook in the folder (expected {course.NOTEBOOK}.ipynb)")
+        if notebook.name != f"{registry.NOTEBOOK}.ipynb":
+            notes.append(f"graded {rel}/{printable(notebook.name)}, the only notebook in the folder (expected {registry.NOTEBOOK}.ipynb)")
         when, source, note = submission_time(chapter_dir, notebook)
         notes += [note] if note else []
         subs.append(Submission(student, chapter, notebook, notes, when, source))

@@ -21,15 +21,9 @@ from pathlib import Path
 
 from nbgrader.plugins import ExportPlugin
 
-from typing import TYPE_CHECKING
-
-from autograder import course
-from autograder.intake import Skipped
-
-if TYPE_CHECKING:  # for annotations only
-    from autograder.worker import Result
-
-# autograder.worker (and so torch) is imported only where needed: `nbgrader export` loads CsvExport from here.
+from autograder import registry
+from autograder.reporting.feedback import refresh_feedback
+from autograder.results import CellScore, Result, Skipped, atomic_open, atomic_write
 
 SKIPPED_FILE = "skipped.json"
 GRADED_STATUSES = ("graded",)
@@ -45,7 +39,7 @@ def result_path(workdir: Path, student: str, chapter: str) -> Path:
 def save_result(workdir: Path, result: Result, input_sha256: str, release: str, intake: dict):
     path = result_path(workdir, result.student, result.chapter)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, json.dumps({"release": release, "input_sha256": input_sha256, "intake": intake, "result": result.to_json()}, indent=1))
+    atomic_write(path, json.dumps({"release": release, "input_sha256": input_sha256, "intake": intake, "result": result.to_json()}, indent=1))
 
 
 def update_intake(workdir: Path, student: str, chapter: str, intake: dict):
@@ -57,12 +51,11 @@ def update_intake(workdir: Path, student: str, chapter: str, intake: dict):
         return
     if data.get("intake") != intake:
         data["intake"] = intake
-        _atomic_write(path, json.dumps(data, indent=1))
+        atomic_write(path, json.dumps(data, indent=1))
 
 
 def load_saved(workdir: Path, student: str, chapter: str):
     """The saved record of one notebook ({release, input_sha256, intake, result: Result}), or None."""
-    from autograder.worker import Result
 
     try:
         data = json.loads(result_path(workdir, student, chapter).read_text(encoding="utf-8"))
@@ -94,7 +87,7 @@ def load_skipped(workdir: Path) -> list:
 
 
 def save_skipped(workdir: Path, entries):
-    _atomic_write(Path(workdir) / SKIPPED_FILE, json.dumps([s.to_json() for s in entries], indent=1, ensure_ascii=False))
+    atomic_write(Path(workdir) / SKIPPED_FILE, json.dumps([s.to_json() for s in entries], indent=1, ensure_ascii=False))
 
 
 # --- The gradebook ---------------------------------------------------------------------------------------
@@ -122,7 +115,7 @@ def record_results(gradebook, results, snapshot=None) -> list:
             gradebook.add_submission(r.chapter, r.student)
         for cell in r.cells:
             try:
-                grade = gradebook.find_grade(cell.grade_id, course.NOTEBOOK, r.chapter, r.student)
+                grade = gradebook.find_grade(cell.grade_id, registry.NOTEBOOK, r.chapter, r.student)
             except MissingEntry:  # a result from before the chapter's checks changed: regrade it to record it
                 reviews.append(f"{r.student}/{r.chapter}: {cell.grade_id} is no longer a graded cell of the chapter; "
                                "regrade this notebook (--only) to record it")
@@ -288,7 +281,6 @@ def build_rows(results: dict, skipped, snapshot: dict, unsaved=()) -> list:
 
 
 def _result_row(result: Result, intake: dict, snapshot: dict) -> Row:
-    from autograder.worker import CellScore
 
     row = Row(result.student, result.chapter, result.status, result.error, result=result)
     row.notes = list(intake.get("notes", []))
@@ -327,7 +319,7 @@ SUMMARY_COLUMNS = ["student", "chapter", "status", "cell", "score", "max_score",
 
 def write_summary_csv(path: Path, rows):
     """A row per notebook (cell ""), then a row per graded cell; a row per skipped entry."""
-    with _atomic_open(path) as f:
+    with atomic_open(path) as f:
         writer = csv.writer(f)
         writer.writerow(SUMMARY_COLUMNS)
         for row in rows:
@@ -348,7 +340,7 @@ def write_summary_csv(path: Path, rows):
 def write_chapter_csvs(folder: Path, rows, snapshot: dict) -> list:
     """scores/<chapter>.csv: a row per student (the roster's too, as "not submitted"), a column per exercise."""
     folder.mkdir(parents=True, exist_ok=True)
-    chapters = sorted({r.chapter for r in rows if r.chapter} | {a for a in snapshot["assignments"] if a in course.CHAPTER_IDS})
+    chapters = sorted({r.chapter for r in rows if r.chapter} | {a for a in snapshot["assignments"] if a in registry.CHAPTER_IDS})
     students = {r.student for r in rows} | set(snapshot["students"])
     written = []
     for chapter in chapters:
@@ -360,7 +352,7 @@ def write_chapter_csvs(folder: Path, rows, snapshot: dict) -> list:
         exercises = next((list(r.auto) for r in mine.values() if r.result and r.result.cells), [])
         max_score = snapshot["assignments"].get(chapter, {}).get("max_score") or next((r.max_score for r in mine.values() if r.result), "")
         path = folder / f"{chapter}.csv"
-        with _atomic_open(path) as f:
+        with atomic_open(path) as f:
             writer = csv.writer(f)
             writer.writerow(["student_id", "last_name", "first_name", "email", "status", *exercises, "raw_score", "late_penalty", "score",
                              "max_score", "submitted_utc", "submitted_from", "due_utc", "late_by", "seed", "manual", "problem"])
@@ -383,7 +375,6 @@ def write_chapter_csvs(folder: Path, rows, snapshot: dict) -> list:
 
 def refresh_all_feedback(workdir: Path, rows) -> int:
     """The feedback files get the final scores (manual grades, late penalty) and the notes; returns how many changed."""
-    from autograder.worker import refresh_feedback
 
     changed = 0
     for row in rows:
@@ -464,27 +455,3 @@ def _iso(when) -> str:
 
 def _human(when) -> str:
     return when.strftime("%Y-%m-%d %H:%M UTC") if when else ""
-
-
-class _atomic_open:
-    """Write a report to a temporary file and move it into place: a reader never sees half a report."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-
-    def __enter__(self):
-        self.f = self.tmp.open("w", newline="", encoding="utf-8")
-        return self.f
-
-    def __exit__(self, *exc):
-        self.f.close()
-        if exc[0] is None:
-            os.replace(self.tmp, self.path)
-        else:
-            self.tmp.unlink(missing_ok=True)
-
-
-def _atomic_write(path: Path, text: str):
-    with _atomic_open(path) as f:
-        f.write(text)

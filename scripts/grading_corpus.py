@@ -1,0 +1,88 @@
+"""Grade the whole corpus once and write what it gave: the before/after comparison of a refactoring.
+
+The corpus: for every chapter with exercises, the reference solution, the blank student notebook, each
+catalogued wrong answer and each valid alternative, one student each (as tests/test_pipeline.py builds it).
+Graded by the real CLI with a fixed seed on the CPU; the outcome (score and first line of the message of every
+graded cell, and each notebook's status) goes to a JSON file. With --compare OLD.json, the differences are
+printed and the exit status is 1 when there are any.
+
+    python scripts/grading_corpus.py out.json [--compare before.json] [--seed 7]
+"""
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from autograder.authoring import demo
+from autograder import registry  # noqa: F401  (the registry; moved in the kit, see below)
+
+
+def registry():
+    try:
+        from autograder import chapters
+        return chapters
+    except ImportError:
+        return course
+
+
+def write_corpus(folder: Path) -> int:
+    reg = registry()
+    notebooks = {}
+    for chapter in reg.graded_chapters():
+        notebooks[("reference", chapter)] = demo.filled_submission(chapter)
+        notebooks[("blank", chapter)] = nbformat.read(reg.student_notebook(chapter), as_version=4)
+        for name in demo.catalogue(chapter):
+            notebooks[(f"{chapter[:2]}-{name}", chapter)] = demo.filled_submission(chapter, [name])
+        for name in demo.valid_answers(chapter):
+            notebooks[(f"{chapter[:2]}-valid-{name}", chapter)] = demo.filled_submission(chapter, valid=[name])
+    for (student, chapter), nb in notebooks.items():
+        path = folder / student / chapter / "exercises.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(nb, path)
+    return len(notebooks)
+
+
+def outcome(workdir: Path) -> dict:
+    out = {}
+    with (workdir / "summary.csv").open(encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            key = f"{row['student']}/{row['chapter']}/{row['cell']}"
+            message = (row.get("message") or "").strip().splitlines()
+            out[key] = {"score": row.get("score", ""), "status": row.get("status", ""), "message": message[0] if message else ""}
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--compare", type=Path)
+    parser.add_argument("--seed", default="7")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        submissions, workdir = Path(tmp) / "submissions", Path(tmp) / "work"
+        n = write_corpus(submissions)
+        print(f"grading {n} notebooks...", flush=True)
+        result = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--workdir", str(workdir),
+                                 "--device", "cpu", "--seed", args.seed], capture_output=True, text=True)
+        print(result.stdout[-2000:], result.stderr[-2000:])
+        got = outcome(workdir)
+    args.out.write_text(json.dumps(got, indent=1, sort_keys=True, ensure_ascii=False), encoding="utf-8")
+    print(f"{len(got)} rows written to {args.out}")
+    if not args.compare:
+        return 0
+    before = json.loads(args.compare.read_text(encoding="utf-8"))
+    differences = [(k, before.get(k), got.get(k)) for k in sorted(set(before) | set(got)) if before.get(k) != got.get(k)]
+    for key, old, new in differences:
+        print(f"DIFFERS {key}\n  before: {old}\n  after:  {new}")
+    print(f"{len(before)} rows before, {len(got)} after, {len(differences)} differ")
+    return 1 if differences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
