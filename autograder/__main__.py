@@ -82,15 +82,15 @@ def main(argv=None):
 
     try:
         if args.command == "grade":
-            from autograder.grading.grade import grade
+            from autograder.grading.grade import GradeOptions, grade
 
-            outcome = grade(
-                args.submissions, args.workdir, seed=args.seed, device=args.device, cell_timeout=args.cell_timeout,
-                workers=args.workers, allow_unsandboxed=args.allow_unsandboxed, restart=args.restart,
-                memory_mb=args.memory_mb, notebook_memory_mb=args.notebook_memory_mb, notebook_timeout=args.notebook_timeout,
-                only=args.only, chapters=args.chapter,
-                course_config=args.course_config, db=args.db, scheduler=args.scheduler,
+            options = GradeOptions(
+                seed=args.seed, device=args.device, cell_timeout=args.cell_timeout, workers=args.workers,
+                allow_unsandboxed=args.allow_unsandboxed, restart=args.restart, memory_mb=args.memory_mb,
+                notebook_memory_mb=args.notebook_memory_mb, notebook_timeout=args.notebook_timeout,
+                only=args.only, chapters=args.chapter, course_config=args.course_config, db=args.db, scheduler=args.scheduler,
             )
+            outcome = grade(args.submissions, args.workdir, options)
             return outcome.exit_status
         if args.command == "report":
             from autograder.grading.grade import report

@@ -41,7 +41,7 @@ from nbgrader.api import Gradebook  # noqa: E402
 from autograder.grading import cluster
 from autograder.authoring import demo  # noqa: E402
 from autograder.config import nbgrader_config  # noqa: E402
-from autograder.grading.grade import grade  # noqa: E402
+from autograder.grading.grade import GradeOptions, grade  # noqa: E402
 
 
 def kinds(chapter):
@@ -125,7 +125,7 @@ def pool_command(submissions: str, workdir: str, workers: int):
     """Entry point of the pool run (in its own process, like the CLI): grade() with the old pool in place of Dask."""
     cluster.grade_all = pool_grade_all
     with open(os.devnull, "w") as quiet:
-        grade(Path(submissions), Path(workdir), seed=0, device="cpu", workers=workers, out=quiet)
+        grade(Path(submissions), Path(workdir), GradeOptions(seed=0, device="cpu", workers=workers), out=quiet)
 
 
 def run_ours(submissions: Path, workdir: Path, workers: int, pool=False) -> dict:

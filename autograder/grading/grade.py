@@ -32,6 +32,7 @@ import sys
 import time
 import unicodedata
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
@@ -191,35 +192,90 @@ def _select(subs, skipped, only, chapters):
     return [s for s in subs if chosen(s.student, s.chapter)], [k for k in skipped if chosen(k.student, k.chapter)], chosen
 
 
-def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout=CELL_TIMEOUT_S, workers=None,
-          allow_unsandboxed=False, restart=False, memory_mb=None, notebook_timeout=None, only=None, chapters=None,
-          course_config=None, db=None, scheduler=None, out=sys.stdout, notebook_memory_mb=None) -> Outcome:
+@dataclass
+class GradeOptions:
+    """How to grade: the command line's options (python -m autograder grade --help), one object for the whole run."""
+
+    seed: int | None = None  # default: the working directory's seed, else a fresh one
+    device: str | None = None  # default: the working directory's, else cuda when present (cpu with --scheduler)
+    cell_timeout: float = CELL_TIMEOUT_S
+    workers: int | None = None  # embedded cluster: default one per core
+    allow_unsandboxed: bool = False
+    restart: bool = False  # a fresh seed and device; the course configuration stays
+    memory_mb: int | None = None
+    notebook_memory_mb: int | None = None
+    notebook_timeout: float | None = None
+    only: list | None = None  # students to regrade
+    chapters: list | None = None  # chapters to regrade
+    course_config: Path | None = None
+    db: str | None = None  # gradebook URL (default: SQLite in the working directory)
+    scheduler: str | None = None  # a running Dask scheduler's address
+
+
+@dataclass
+class _Found:
+    """Step 1's answer: what the folder holds and what this run grades."""
+
+    state: dict
+    settings_file: object
+    db_url: str
+    has_gradebook: bool
+    subs: list
+    skipped: list
+    ignored: list
+    selected: list
+    selected_skipped: list
+    chosen: object
+    forced: bool
+
+
+def grade(submissions: Path, workdir: Path, options: GradeOptions | None = None, out=sys.stdout) -> Outcome:
+    """Grade every submission of the folder (or the selection): discover -> run in the sandbox -> judge -> record."""
+    options = options or GradeOptions()
     _quiet_nbgrader()
     submissions, workdir = Path(submissions).resolve(), Path(workdir).resolve()
+    found = _discover(submissions, workdir, options, out)
+    mode = _sandbox_mode(found.selected, options, out)
+    settings, workers = _settings(workdir, options, found, mode)
+    _announce_run(submissions, found, settings, workers, options, out)
+    api = nbgrader_api(workdir, options.cell_timeout, found.settings_file, found.db_url)
+    releases = _release(workdir, found.selected, api)
+    done, todo = _already_graded(workdir, found, options, settings, releases, out)
+    results, unsaved, reviews, interrupted, elapsed = _grade_jobs(workdir, found, todo, done, settings, workers, releases, options, out)
+    return _finish(workdir, found, results, done, unsaved, reviews, interrupted, elapsed, settings, workers, api, options, out)
+
+
+def _discover(submissions: Path, workdir: Path, options: GradeOptions, out) -> _Found:
+    """The folder's submissions and skipped entries, the selection, the configuration and the gradebook."""
     if not submissions.is_dir():
         raise UsageError(f"{submissions} is not a folder of submissions (<student>/<chapter-id>/{registry.NOTEBOOK}.ipynb)")
     state = _read_state(workdir)
-    settings_file = course_settings(workdir, course_config, state)
-    db_url, has_gradebook = gradebook_url(workdir, db)
-    if restart:  # a fresh seed (unless --seed) and device; the course configuration stays
+    settings_file = course_settings(workdir, options.course_config, state)
+    db_url, has_gradebook = gradebook_url(workdir, options.db)
+    if options.restart:  # a fresh seed (unless --seed) and device; the course configuration stays
         state = {}
     subs, skipped, ignored = intake.discover(submissions, exclude=workdir)
-    selected, selected_skipped, chosen = _select(subs, skipped, only, chapters)
-    forced = bool(only or chapters)
+    selected, selected_skipped, chosen = _select(subs, skipped, options.only, options.chapters)
+    forced = bool(options.only or options.chapters)
     if not selected and not (selected_skipped and has_gradebook):
         _print_account(selected_skipped, ignored, out)
         raise UsageError(f"no submissions found in {submissions}" + (" for the selection (--only/--chapter)" if forced else "") +
                          f" (expected <student>/<chapter-id>/{registry.NOTEBOOK}.ipynb)" +
                          (f"; {len(selected_skipped)} entr(ies) could not be graded, listed above" if selected_skipped else ""))
+    return _Found(state, settings_file, db_url, has_gradebook, subs, skipped, ignored, selected, selected_skipped, chosen, forced)
 
+
+def _sandbox_mode(selected, options: GradeOptions, out) -> str:
+    """The sandbox the learners' code runs in here ("bwrap", "bwrap-root"...; "worker hosts" with --scheduler;
+    "none" only with --allow-unsandboxed, loudly)."""
     mode = sandbox.mode()
-    if selected and scheduler:
+    if selected and options.scheduler:
         # The learners' code runs on the worker hosts, and each checks its own sandbox before grading (a host without
         # one is retired from the batch): this machine needs none. --allow-unsandboxed lets hosts without one grade.
-        mode = "none" if allow_unsandboxed else "worker hosts"
+        mode = "none" if options.allow_unsandboxed else "worker hosts"
     if selected:
         if mode == "none":
-            if not allow_unsandboxed:
+            if not options.allow_unsandboxed:
                 raise UsageError(
                     "no sandbox available: bubblewrap (`bwrap`) is not installed or cannot create namespaces here.\n"
                     "Install it (Debian/Ubuntu: apt install bubblewrap), or pass --allow-unsandboxed to grade trusted "
@@ -229,64 +285,84 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
         elif mode == "bwrap":
             print("note: not running as root, so the sandbox runs learners' code as your own user (namespaces, rlimits, "
                   "no network, no view of your files), without the separate user that bounds the number of processes.", file=out)
+    return mode
 
+
+def _settings(workdir: Path, options: GradeOptions, found: _Found, mode: str):
+    """(Settings for every worker, number of embedded workers or None with --scheduler); the run's seed and device
+    are saved in run-state.json so that the same command resumes with them."""
+    state = found.state
     # On a Dask cluster (--scheduler) the default stays cpu: --device cuda sends the jobs to the GPU workers.
-    device = device or state.get("device") or ("cuda" if not scheduler and _cuda() else "cpu")
-    seed = seed if seed is not None else state.get("seed", secrets.randbelow(2**31))
+    device = options.device or state.get("device") or ("cuda" if not options.scheduler and _cuda() else "cpu")
+    seed = options.seed if options.seed is not None else state.get("seed", secrets.randbelow(2**31))
     workdir.mkdir(parents=True, exist_ok=True)
     new_state = {"seed": seed, "device": device}
-    if settings_file.path is not None:
-        new_state["course_config"] = str(settings_file.path)
+    if found.settings_file.path is not None:
+        new_state["course_config"] = str(found.settings_file.path)
     (workdir / "run-state.json").write_text(json.dumps(new_state))
 
-    limits = sandbox.Limits(cell_seconds=cell_timeout)
-    if notebook_timeout:
-        limits.notebook_seconds = notebook_timeout
-    if memory_mb:
-        limits.memory_bytes = memory_mb * 2**20
+    limits = sandbox.Limits(cell_seconds=options.cell_timeout)
+    if options.notebook_timeout:
+        limits.notebook_seconds = options.notebook_timeout
+    if options.memory_mb:
+        limits.memory_bytes = options.memory_mb * 2**20
     if device.startswith("cuda"):
         limits.memory_bytes = 0  # CUDA reserves a huge address space; rely on the GPU's own memory limit
         limits.group_memory_bytes = 16 * 2**30  # the CUDA context's host memory, beside the notebook's own
-    if notebook_memory_mb:
-        limits.group_memory_bytes = notebook_memory_mb * 2**20
-    if scheduler:
-        if workers:
-            print(f"note: --workers is ignored with --scheduler: the workers of {scheduler} grade (`dask worker --nworkers`).", file=out)
-        workers = None
-    else:
-        workers = workers or os.cpu_count() or 1
-    settings = Settings(str(workdir), seed, device, mode, limits)
-    problems = f"; {len(selected_skipped)} entr(ies) cannot be graded (listed at the end)" if selected_skipped else ""
-    print(f"Grading {len(selected)} submission(s) from {submissions}; seed {seed}; device {device}; "
-          f"{f'{workers} worker(s)' if workers else f'the workers of {scheduler}'}; sandbox: {mode}; workdir {workdir}{problems}", file=out, flush=True)
-    print(f"Using {settings_file.describe()}; gradebook {gradebook_db.describe(db_url)}.", file=out)
-    if mode != "none":
-        print(f"Memory: {sandbox.describe_memory(limits)}{' (on this host; each worker host uses its own)' if scheduler else ''}.", file=out)
+    if options.notebook_memory_mb:
+        limits.group_memory_bytes = options.notebook_memory_mb * 2**20
+    workers = None if options.scheduler else (options.workers or os.cpu_count() or 1)
+    return Settings(str(workdir), seed, device, mode, limits), workers
 
-    api = nbgrader_api(workdir, cell_timeout, settings_file, db_url)
+
+def _announce_run(submissions: Path, found: _Found, settings: Settings, workers, options: GradeOptions, out):
+    if options.scheduler and options.workers:
+        print(f"note: --workers is ignored with --scheduler: the workers of {options.scheduler} grade (`dask worker --nworkers`).", file=out)
+    problems = f"; {len(found.selected_skipped)} entr(ies) cannot be graded (listed at the end)" if found.selected_skipped else ""
+    print(f"Grading {len(found.selected)} submission(s) from {submissions}; seed {settings.seed}; device {settings.device}; "
+          f"{_who(workers, options)}; sandbox: {settings.sandbox_mode}; workdir {settings.workdir}{problems}", file=out, flush=True)
+    print(f"Using {found.settings_file.describe()}; gradebook {gradebook_db.describe(found.db_url)}.", file=out)
+    if settings.sandbox_mode != "none":
+        print(f"Memory: {sandbox.describe_memory(settings.limits)}{' (on this host; each worker host uses its own)' if options.scheduler else ''}.", file=out)
+
+
+def _who(workers, options: GradeOptions) -> str:
+    return f"{workers} worker(s)" if workers else f"the workers of {options.scheduler}"
+
+
+def _release(workdir: Path, selected, api) -> dict:
+    """nbgrader generate_assignment for the chapters graded (the trusted templates); {chapter: release hash}."""
     graded_chapters = sorted({s.chapter for s in selected})
     if graded_chapters:
         generate_assignments(workdir, graded_chapters, api)
-    releases = {chapter: _release_hash(workdir, chapter) for chapter in graded_chapters}
+    return {chapter: _release_hash(workdir, chapter) for chapter in graded_chapters}
 
+
+def _already_graded(workdir: Path, found: _Found, options: GradeOptions, settings: Settings, releases: dict, out):
+    """(results kept from an earlier run of the same seed, device and release; submissions still to grade)."""
     done, todo = {}, []
-    for sub in selected:
-        result = None if (restart or forced) else load_done(workdir, sub.student, sub.chapter, sub.path, seed, device, releases[sub.chapter])
+    for sub in found.selected:
+        result = None if (options.restart or found.forced) else load_done(workdir, sub.student, sub.chapter, sub.path, settings.seed, settings.device, releases[sub.chapter])
         if result:
             done[(sub.student, sub.chapter)] = result
             reports.update_intake(workdir, sub.student, sub.chapter, sub.intake())
         else:
             todo.append(sub)
-    kept = len(set(reports.load_results(workdir)) - {(s.student, s.chapter) for s in selected})
-    if forced:
+    kept = len(set(reports.load_results(workdir)) - {(s.student, s.chapter) for s in found.selected})
+    if found.forced:
         print(f"Regrading the {len(todo)} selected notebook(s) (--only/--chapter); {kept} other graded notebook(s) in the "
-              f"working directory are kept as they are" + (f", and {len(subs) - len(selected)} other submission(s) in the folder are not looked at." if len(subs) > len(selected) else "."), file=out)
+              f"working directory are kept as they are" + (f", and {len(found.subs) - len(found.selected)} other submission(s) in the folder are not looked at." if len(found.subs) > len(found.selected) else "."), file=out)
     elif done:
-        print(f"Resuming: {len(done)} notebook(s) already graded with seed {seed}; grading the other {len(todo)}.", file=out)
+        print(f"Resuming: {len(done)} notebook(s) already graded with seed {settings.seed}; grading the other {len(todo)}.", file=out)
+    return done, todo
 
-    gradebook = _connect(db_url)
+
+def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, workers, releases, options: GradeOptions, out):
+    """Grade the notebooks on the cluster; save each result at once and record it in the gradebook (this process is
+    its one writer). Returns (results, unsaved, reviews, interrupted, seconds); the gradebook stays open for _finish."""
+    gradebook = _connect(found.db_url)
     reviews = _record_saved(gradebook, workdir)
-    reports.add_students(gradebook, {k.student for k in selected_skipped if k.status not in ("refused", "stray")})
+    reports.add_students(gradebook, {k.student for k in found.selected_skipped if k.status not in ("refused", "stray")})
 
     results = dict(done)
     unsaved = []
@@ -301,7 +377,7 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
 
     try:
         if todo:
-            jobs = cluster.grade_all(todo, settings, workdir, scheduler=scheduler, workers=workers, stop=lambda: bool(interrupted),
+            jobs = cluster.grade_all(todo, settings, workdir, scheduler=options.scheduler, workers=workers, stop=lambda: bool(interrupted),
                                      before_submit=lambda sub: _copy_submitted(workdir, sub), started=announce, out=out)
             with contextlib.closing(jobs):
                 for sub, result in jobs:
@@ -321,31 +397,37 @@ def grade(submissions: Path, workdir: Path, seed=None, device=None, cell_timeout
         signal.signal(signal.SIGINT, previous_handler)
         progress.close()
     elapsed = time.perf_counter() - start
-
-    # What could not be graded: this run's account replaces the earlier one for the students it looked at.
-    looked_at = {s.student for s in subs} | {k.student for k in skipped}
-    earlier = [k for k in reports.load_skipped(workdir) if not (k.student in looked_at and chosen(k.student, k.chapter))]
-    reports.save_skipped(workdir, earlier + selected_skipped)
-
     try:
-        apply_due_dates(gradebook, settings_file, [s for s in selected if (s.student, s.chapter) in results])
+        apply_due_dates(gradebook, found.settings_file, [s for s in found.selected if (s.student, s.chapter) in results])
     finally:
         gradebook.close()
+    return results, unsaved, reviews, interrupted, elapsed
+
+
+def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, interrupted, elapsed, settings: Settings, workers, api,
+            options: GradeOptions, out) -> Outcome:
+    """The account of what could not be graded, the reports rebuilt from the whole working directory, the table."""
+    # What could not be graded: this run's account replaces the earlier one for the students it looked at.
+    looked_at = {s.student for s in found.subs} | {k.student for k in found.skipped}
+    earlier = [k for k in reports.load_skipped(workdir) if not (k.student in looked_at and found.chosen(k.student, k.chapter))]
+    reports.save_skipped(workdir, earlier + found.selected_skipped)
+
+    selected, limits, mode = found.selected, settings.limits, settings.sandbox_mode
     outcome = Outcome(results[(s.student, s.chapter)] for s in selected if (s.student, s.chapter) in results)
-    outcome.skipped = selected_skipped
+    outcome.skipped = found.selected_skipped
     outcome.interrupted = bool(interrupted)
     graded_now = len(results) - len(done)
     rows = rebuild_reports(workdir, api, unsaved, dict(
-        seed=seed, device=device, sandbox=mode, workers=workers, scheduler=scheduler or "embedded", gradebook=gradebook_db.describe(db_url), notebooks=len(outcome), graded_now=graded_now, seconds=elapsed,
-        limits=vars(limits), memory=sandbox.describe_memory(limits) if mode != "none" else "", course_config=str(settings_file.path or ""), selection={"only": sorted(only or []), "chapters": sorted(chapters or [])},
+        seed=settings.seed, device=settings.device, sandbox=mode, workers=workers, scheduler=options.scheduler or "embedded", gradebook=gradebook_db.describe(found.db_url), notebooks=len(outcome), graded_now=graded_now, seconds=elapsed,
+        limits=vars(limits), memory=sandbox.describe_memory(limits) if mode != "none" else "", course_config=str(found.settings_file.path or ""), selection={"only": sorted(options.only or []), "chapters": sorted(options.chapters or [])},
         this_run={"graded": sum(r.status == "graded" for r in outcome), "not_graded": [f"{r.student}/{r.chapter}: {r.status}" for r in outcome if r.status != "graded"],
-                  "skipped": [k.to_json() for k in selected_skipped], "ignored": ignored, "not_selected": len(subs) - len(selected)},
+                  "skipped": [k.to_json() for k in found.selected_skipped], "ignored": found.ignored, "not_selected": len(found.subs) - len(selected)},
     ), out)
     if graded_now > 0:
-        print(f"\n{graded_now} notebook(s) graded in {elapsed:.1f} s ({elapsed / graded_now:.2f} s per notebook, {f'{workers} worker(s)' if workers else f'the workers of {scheduler}'}).", file=out)
+        print(f"\n{graded_now} notebook(s) graded in {elapsed:.1f} s ({elapsed / graded_now:.2f} s per notebook, {_who(workers, options)}).", file=out)
     for review in reviews:
         print(f"review: {review}", file=out)
-    _print_account(selected_skipped, ignored, out, outcome, rows, graded_now)
+    _print_account(found.selected_skipped, found.ignored, out, outcome, rows, graded_now)
     _print_outputs(workdir, out)
     if mode == "none" and selected:
         print(NO_SANDBOX_WARNING, file=out)
