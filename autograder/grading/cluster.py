@@ -89,7 +89,8 @@ def code_version() -> str:
 
     digest = hashlib.sha256(f"torch {torch.__version__.split('+')[0]} numpy {numpy.__version__}\n".encode())
     root = registry.ROOT
-    files = [root / "autograder" / name for name in ("registry.py", "results.py", "grading/notebook.py", "grading/sandbox.py", "grading/shortcuts.py")]
+    files = [root / "autograder" / name for name in ("registry.py", "results.py", "grading/notebook.py", "grading/sandbox.py", "grading/shortcuts.py",
+                                                     "reporting/feedback.py")]
     files += sorted((root / "autograder" / "checks").glob("*.py")) + sorted((root / "solutions").glob("*.py"))
     for path in files:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
