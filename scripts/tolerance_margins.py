@@ -27,7 +27,8 @@ import torch  # noqa: E402
 
 from autograder import registry
 from autograder.authoring import demo  # noqa: E402
-from autograder.checks import TOLERANCES, _as_tuple  # noqa: E402
+from autograder.checks import TOLERANCES  # noqa: E402
+from autograder.checks.judge import _as_tuple  # noqa: E402
 
 
 def rounding_margins(seeds: int) -> dict:

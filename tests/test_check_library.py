@@ -652,3 +652,21 @@ def test_a_callee_hidden_inside_a_torch_transform_is_named_as_a_possible_cause()
     _fails(NORMALIZED, vmapped, "inside a torch transform", namespace=namespace)
     namespace["scale_rows"] = scale_rows
     run_local(NORMALIZED, vmapped, seed=SEED, device="cpu", namespace=namespace)  # and with a right callee it passes
+
+
+# --- Salts: named after the grade id in new chapters, the integers of chapters 01-05 kept -----------------------
+
+
+def test_a_named_salt_separates_checks_and_seeds_and_an_integer_salt_keeps_its_draws():
+    from autograder.checks import case_salt, generator
+
+    def draw(seed, salt):
+        return torch.randn(4, generator=generator(seed, salt))
+
+    assert torch.equal(draw(3, "f_hidden"), draw(3, "f_hidden"))  # deterministic
+    assert not torch.equal(draw(3, "f_hidden"), draw(3, "g_hidden"))  # two checks of one notebook never share draws
+    assert not torch.equal(draw(3, "f_hidden"), draw(4, "f_hidden"))  # inputs change with the grading seed
+    # chapters 01-05: seed * 1000 + salt, as their hidden inputs were drawn before names existed
+    assert torch.equal(draw(3, 11), torch.randn(4, generator=torch.Generator().manual_seed(3011)))
+    assert case_salt("MultiHeadAttention_hidden", 2) == "MultiHeadAttention_hidden#2" and case_salt(40, 2) == 42
+    assert not torch.equal(draw(3, case_salt("m_hidden", 0)), draw(3, case_salt("m_hidden", 1)))

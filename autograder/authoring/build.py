@@ -22,6 +22,7 @@ import nbformat
 import torch
 
 from autograder import registry
+from autograder.authoring import kit
 from autograder.config import nbgrader_api
 
 NBGRADER_SCHEMA = 3
@@ -474,6 +475,7 @@ def render_source(chapter_id: str, template_text: str | None = None) -> str:
             pretty=lambda obj: pprint.pformat(obj, width=110, sort_dicts=False),
             ref=reference,
             checks=checks,
+            kit=kit,  # build-time helpers for any chapter's visible checks
             math=math,
             torch=torch,
         )

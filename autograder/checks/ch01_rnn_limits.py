@@ -5,12 +5,9 @@
   hidden checks evaluate them on grading-time inputs.
 - FORBIDDEN: the built-ins these exercises ask the learner to write instead of calling (nn.RNN, nn.LSTMCell,
   ...), as the torch function mode sees them (their `_VF` names).
-- CHECKS: the hidden check of each graded cell, by grade id; check_*: the same, run in this process.
-- WRONG_ANSWERS: typical mistakes as edits of the reference source (end-to-end and learner-trial tests),
-  including pairs of a wrong rnn_forward with a correct grad_norms_wrt_inputs that calls it in another pattern
-  (only rnn_forward loses points); VALID_ANSWERS: correct answers written unlike the reference (torch.func,
-  autograd, einsum, other call patterns), which keep full marks; PENDING_WRONG_ANSWERS: pairs the grader cannot
-  yet grade fairly (an autograd caller of a wrong callee), pinned as expected failures in tests/test_checks_ch01.py.
+- CHECKS: the hidden check of each graded cell, by grade id (run in this process by checks.run_check).
+- The chapter's test data (WRONG_ANSWERS, VALID_ANSWERS, PENDING_WRONG_ANSWERS) is in
+  autograder/source/01-rnn-limits/answers.py.
 - grad_norms_reference: the reference of grad_norms_wrt_inputs as the hidden check uses it, which grades a
   chain-rule caller on the states its own rnn_forward returned, whether called per batch, sequence or step.
 """
@@ -19,7 +16,8 @@ import math
 
 import torch
 
-from autograder.checks import Call, Case, Check, function_check, generator, outcome, run_local
+from autograder.checks import builtins
+from autograder.checks import Call, Case, Check, function_check, generator, outcome
 from solutions import ch01_rnn_limits as ref
 
 # --- Known mistakes: rnn_forward --------------------------------------------------------------------
@@ -355,13 +353,9 @@ LSTM_ERROR_HINTS = {
 
 # --- Hidden checks --------------------------------------------------------------------------------
 
-FORBIDDEN = {
-    "rnn_tanh": "nn.RNN", "rnn_relu": "nn.RNN", "rnn_tanh_cell": "nn.RNNCell", "rnn_relu_cell": "nn.RNNCell",
-    "lstm": "nn.LSTM", "lstm_cell": "nn.LSTMCell", "_thnn_fused_lstm_cell": "nn.LSTMCell",
-    "gru": "nn.GRU", "gru_cell": "nn.GRUCell", "_cudnn_rnn": "nn.RNN / nn.LSTM (cuDNN)",
-}
+FORBIDDEN = builtins.forbidden("recurrent")
 # Names whose appearance in a solution cell's code earns no points (read by autograder.grading.shortcuts, never run).
-SHORTCUT_NAMES = ("RNN", "RNNCell", "LSTM", "LSTMCell", "GRU", "GRUCell", "rnn_tanh", "rnn_tanh_cell", "lstm_cell")
+SHORTCUT_NAMES = builtins.shortcut_names("recurrent")
 
 
 def random_rnn(g, d_in, d_h, gain=1.0):

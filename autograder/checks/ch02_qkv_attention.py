@@ -5,14 +5,15 @@
   the hidden checks evaluate them on grading-time inputs.
 - FORBIDDEN: the built-ins these exercises ask the learner to write instead of calling (torch function
   names as a torch function mode sees them, and how a learner would write them).
-- CHECKS: the hidden check of each graded cell, by grade id; check_*: the same, run in this process.
+- CHECKS: the hidden check of each graded cell, by grade id (run in this process by checks.run_check).
 """
 
 import math
 
 import torch
 
-from autograder.checks import Call, Case, Check, Returned, Seeded, function_check, generator, outcome, run_local
+from autograder.checks import builtins
+from autograder.checks import Call, Case, Check, Returned, Seeded, function_check, generator, outcome
 from solutions import ch02_qkv_attention as ref
 
 # --- Known mistakes -----------------------------------------------------------------------------
@@ -118,22 +119,7 @@ ERROR_HINTS = {**SOFTMAX_ERROR_HINTS, **SDPA_ERROR_HINTS}  # (kept for older not
 
 # --- Hidden checks --------------------------------------------------------------------------------
 
-FORBIDDEN = {
-    "softmax": "torch.softmax / F.softmax / Tensor.softmax",
-    "_softmax": "torch._softmax / aten._softmax",
-    "_safe_softmax": "aten._safe_softmax",
-    "_log_softmax": "aten._log_softmax",
-    "_scaled_dot_product_attention_math": "F.scaled_dot_product_attention (aten)",
-    "_scaled_dot_product_flash_attention_for_cpu": "F.scaled_dot_product_attention (aten)",
-    "_scaled_dot_product_flash_attention": "F.scaled_dot_product_attention (aten)",
-    "_scaled_dot_product_efficient_attention": "F.scaled_dot_product_attention (aten)",
-    "_scaled_dot_product_cudnn_attention": "F.scaled_dot_product_attention (aten)",
-    "_native_multi_head_attention": "nn.MultiheadAttention (aten)",
-    "special_softmax": "torch.special.softmax",
-    "log_softmax": "log_softmax",
-    "scaled_dot_product_attention": "F.scaled_dot_product_attention",
-    "multi_head_attention_forward": "nn.MultiheadAttention",
-}
+FORBIDDEN = builtins.forbidden("softmax", "attention", "multi_head_attention")
 
 
 def _softmax_cases(seed):
@@ -259,4 +245,4 @@ CHECKS = {
 
 
 # Names whose appearance in a solution cell's code earns no points (read by autograder.grading.shortcuts, never run).
-SHORTCUT_NAMES = ("softmax", "log_softmax", "_softmax", "scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward")
+SHORTCUT_NAMES = builtins.shortcut_names("softmax", "attention", "multi_head_attention")

@@ -11,11 +11,9 @@
   other than the reference's (a per-head loop) or an error over a callee proven wrong costs it nothing (the
   library's rule), so a wrong attention_steps costs points in its own exercise only; except inside a torch.func
   transform, where the callee's values cannot be recorded (the notebook says so).
-- VALID_ANSWERS are correct answers written unlike the reference (einsum, loops, vmap, keyword calls, typed
-  answers in other forms); the learner-trial tests grade them on several seeds.
-- MISTAKES catalogues name a learner's mistake; WRONG_ANSWERS are typical mistakes as edits of the reference
-  source (for the end-to-end and learner-trial tests); FORBIDDEN and SHORTCUT_NAMES are the built-ins these
-  exercises ask the learner not to call.
+- MISTAKES catalogues name a learner's mistake; FORBIDDEN and SHORTCUT_NAMES are the built-ins these exercises
+  ask the learner not to call. The test data (WRONG_ANSWERS, VALID_ANSWERS) is in
+  autograder/source/03-worked-examples/answers.py.
 """
 
 import inspect
@@ -23,8 +21,9 @@ import math
 
 import torch
 
+from autograder.checks import builtins
 from autograder.checks import (
-    Call, Case, Check, Returned, Unreadable, decode_value, function_check, generator, run_local, typed_answer_check,
+    Call, Case, Check, Returned, Unreadable, decode_value, function_check, generator, typed_answer_check,
 )
 from solutions import ch03_worked_examples as ref
 from solutions.ch02_qkv_attention import stable_softmax
@@ -395,19 +394,7 @@ def _multi_head_cases(seed):
 
 # --- Hidden checks -------------------------------------------------------------------------------------
 
-FORBIDDEN = {
-    "softmax": "torch.softmax / F.softmax / Tensor.softmax",
-    "_softmax": "torch._softmax",
-    "special_softmax": "torch.special.softmax",
-    "log_softmax": "log_softmax",
-    "scaled_dot_product_attention": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_efficient_attention": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention_for_cpu": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_attention_math": "F.scaled_dot_product_attention",
-    "multi_head_attention_forward": "nn.MultiheadAttention",
-    "_native_multi_head_attention": "nn.MultiheadAttention",
-}
+FORBIDDEN = builtins.forbidden("softmax", "attention", "multi_head_attention")
 
 def steps_check(reference, cases_fn, names, mistakes, error_hints, callees=()):
     """The hidden check of a function that returns its steps as a dict keyed by `names`."""
@@ -424,4 +411,4 @@ CHECKS = {
 
 
 # Names whose appearance in a solution cell's code earns no points (read by autograder.grading.shortcuts, never run).
-SHORTCUT_NAMES = ("softmax", "log_softmax", "_softmax", "scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward")
+SHORTCUT_NAMES = builtins.shortcut_names("softmax", "attention", "multi_head_attention")

@@ -6,169 +6,26 @@
   inputs, the hidden checks on grading-time inputs.
 - FORBIDDEN: the built-ins these exercises ask the learner not to call (torch function names and the ATen
   ops they reach); SHORTCUT_NAMES: the same, as the static reading of a solution cell sees them.
-- CHECKS: the hidden check of each graded cell, by grade id; check_*: the same, run in this process.
-- WRONG_ANSWERS: typical mistakes as edits of the reference source (end-to-end and learner-trial tests).
-- demo_weights / large_score_inputs: shared by the visible checks (copied into the notebook) and the hidden
-  cases, so that both exercise the same categories on different values.
+- CHECKS: the hidden check of each graded cell, by grade id (run in this process by checks.run_check).
+- count_mistake_values: the build-time table of wrong counts for the visible check of mha_parameter_count.
+The visible checks of the two modules are built with the authoring kit (autograder/authoring/kit.py: demo
+weights, demo_large_inputs); the hidden large-score cases use autograder.checks.cases.large_score_inputs, the
+same construction for the grader's weights, so that both exercise the same categories on different values.
 """
 
-import ast
-import inspect
 import math
 
 import torch
 import torch.nn.functional as F
 
+from autograder.checks import builtins
 from autograder.checks import (
-    Call, Case, ModuleCase, Returned, function_check, generator, grader_weights, module_check, run_local,
+    Call, Case, ModuleCase, Returned, function_check, generator, grader_weights, large_score_inputs, module_check,
 )
-from autograder.checks.visible import CheckFailed
 from solutions import ch04_multi_head as ref
 from solutions.ch02_qkv_attention import stable_softmax
 
-# --- Helpers shared with the notebook's visible checks ------------------------------------------------
-
-
-def demo_weights(module, shapes, salt=0):
-    """Check that `module` has exactly the parameters `shapes` ({name: shape}), then load fixed, readable
-    weights into it: entry i of the p-th parameter is sin(1.3 i + 0.3 i² + 0.7 p + salt) / sqrt(its last size)."""
-    found = {name: tuple(p.shape) for name, p in module.named_parameters()}
-    if found != shapes:
-        missing = [f"{n} {s}" for n, s in shapes.items() if found.get(n) != s]
-        extra = [f"{n} {s}" for n, s in found.items() if shapes.get(n) != s]
-        raise CheckFailed(
-            f"{type(module).__name__} must have exactly the parameters the exercise names (the grader loads its "
-            f"weights by name): missing or of another shape: {', '.join(missing) or 'none'}; not expected: "
-            f"{', '.join(extra) or 'none'}."
-        )
-    state = {}
-    for p, (name, shape) in enumerate(shapes.items()):
-        n = math.prod(shape)
-        i = torch.arange(n, dtype=torch.float64)
-        state[name] = (torch.sin(1.3 * i + 0.3 * i * i + 0.7 * p + salt) / math.sqrt(shape[-1])).reshape(shape)
-    module.load_state_dict(state)
-    return module
-
-
-DEMO_WEIGHTS_SOURCE = inspect.getsource(demo_weights).rstrip()
-
-
-def _solve(a, b):
-    """x with a @ x = b (a square, float64), by Gauss-Jordan elimination with partial pivoting in plain tensor
-    ops. Not torch.linalg: LAPACK may start OpenMP threads, which hang in a grading worker forked from a
-    process that already used them."""
-    n = a.shape[0]
-    m = torch.cat([a, b], dim=1).clone()
-    for col in range(n):
-        pivot = col + int(m[col:, col].abs().argmax())
-        m[[col, pivot]] = m[[pivot, col]]
-        m[col] = m[col] / m[col, col]
-        others = torch.arange(n) != col
-        m[others] -= m[others, col:col + 1] * m[col]
-    return m[:, n:]
-
-
-def large_score_inputs(state, q_name, k_name, n_heads, batch, seq, g, low=200.0, high=2000.0):
-    """Inputs (query_in, key_in) of shape (batch, seq, D) for which the module with these weights has scores
-    of a few hundred to a few thousand: in every head, query t scores c_t (drawn in [low, high]) for one key
-    and exactly 0 for the others (orthogonal keys: signed unit vectors), so exp overflows unless the softmax
-    subtracts the row maximum, rows have different maxima, and the weights are one-hot whatever the rounding
-    (no near ties). seq <= d_k."""
-    w_q, w_k = state[f"{q_name}.weight"].double(), state[f"{k_name}.weight"].double()
-    b_q, b_k = state.get(f"{q_name}.bias"), state.get(f"{k_name}.bias")
-    d = w_q.shape[0]
-    d_k = d // n_heads
-    q = torch.zeros(batch, seq, d, dtype=torch.float64)  # the projected queries and keys we want
-    k = torch.zeros(batch, seq, d, dtype=torch.float64)
-    for b in range(batch):
-        for h in range(n_heads):
-            signs = torch.randint(0, 2, (d_k,), generator=g).double() * 2 - 1
-            basis = torch.eye(d_k, dtype=torch.float64)[torch.randperm(d_k, generator=g)] * signs[:, None]  # orthonormal rows
-            cols = slice(h * d_k, (h + 1) * d_k)
-            k[b, :, cols] = math.sqrt(d_k) * basis[:seq]  # key j = sqrt(d_k) e_j: q.k / sqrt(d_k) = q's e_j part
-            target = torch.randint(0, seq, (seq,), generator=g)  # the key each query picks
-            c = low + (high - low) * torch.rand(seq, generator=g, dtype=torch.float64)
-            q[b, :, cols] = c[:, None] * basis[target]
-
-    def inputs_for(y, w, bias):  # y = x w^T + bias  ->  x
-        y = y - (bias.double() if bias is not None else 0)
-        return _solve(w, y.reshape(-1, d).T).T.reshape(y.shape)
-
-    return inputs_for(q, w_q, b_q), inputs_for(k, w_k, b_k)
-
-
-def demo_module(cls, init, salt=0, dtype=torch.float64, train=False):
-    """cls(**init) with demo_weights, in dtype and train()/eval() (the visible checks' module, at build time).
-
-    The weights are what the notebook's module holds: demo_weights' float64 values rounded to float32 (the
-    learner's module is built in float32, loads them, then .double()). The module is built in float64 and the
-    weights are cast, never computed, in float32, so no float32 arithmetic reaches a value written into the
-    notebook (the builder refuses those)."""
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        module = cls(**init)
-    finally:
-        torch.set_default_dtype(default)
-    demo_weights(module, {name: tuple(p.shape) for name, p in module.named_parameters()}, salt)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(p.float().double())  # rounded to float32 by casts, no arithmetic
-    return (module if dtype == torch.float64 else module.to(dtype)).train(train)
-
-
-def demo_run(cls, init, salt=0, train=False):
-    """A function running cls(**init) with demo weights on its inputs (for the builder's mistakes())."""
-
-    def run(*args, **kwargs):
-        with torch.no_grad():
-            return demo_module(cls, init, salt, args[0].dtype, train)(*args, **kwargs)
-
-    return run
-
-
-def demo_variants(catalogue, init, salt=0, train=False):
-    """{mistake: demo_run of its wrong class}, for the builder's mistakes()."""
-    return {description: demo_run(cls, init, salt, train) for description, cls in catalogue.items()}
-
-
-def demo_large_inputs(cls, init, q_name, k_name, n_heads, batch, seq, seed=0, salt=0):
-    """large_score_inputs for the module with demo weights (the visible large-score check)."""
-    state = {name: p.detach() for name, p in demo_module(cls, init, salt).named_parameters()}
-    return large_score_inputs(state, q_name, k_name, n_heads, batch, seq, torch.Generator().manual_seed(seed))
-
-
-def parameter_shapes(cls, init):
-    return {name: tuple(p.shape) for name, p in cls(**init).named_parameters()}
-
-
-def self_naming(a, b, c):
-    """A float64 (a, b, c) tensor whose entry (i, j, k) is 100 i + 10 j + k: each number says where it came from."""
-    return (100 * torch.arange(a)[:, None, None] + 10 * torch.arange(b)[None, :, None] + torch.arange(c)).double()
-
-
-def visible_randn(*shape, seed):
-    """Build-time inputs of the visible checks (written into the notebook as literals)."""
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-
-
-def view(fn, index=None, shape=None, dtype=None):
-    """fn's output (its [index] for a tuple), reshaped to `shape`, with float inputs first cast to `dtype`
-    ('float32': what a float32 module computes): a builder-side helper for mistakes() and literal()."""
-
-    def run(*args, **kwargs):
-        if dtype:
-            args = tuple(a.to(getattr(torch, dtype)) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
-        out = fn(*args, **kwargs)
-        out = out[index] if index is not None else out
-        out = out.reshape(shape) if shape else out  # fails (and the mistake is left out) if the sizes differ
-        return out.double() if dtype else out  # compared with float64 expectations in the notebook
-
-    return run
-
-
-def view_all(catalogue, index=None, shape=None, dtype=None):
-    return {description: view(fn, index, shape, dtype) for description, fn in catalogue.items()}
+# --- Build-time helper of the notebook's visible checks (the generic ones: autograder/authoring/kit.py) ---
 
 
 def count_mistake_values(d_model, bias):
@@ -179,28 +36,6 @@ def count_mistake_values(d_model, bias):
         values.setdefault(fn(d_model, bias), description)
     values.pop(right, None)
     return values
-
-
-def class_solution(cls):
-    """The source of class `cls` with the body of each method between nbgrader's solution markers (after the
-    docstring, and after a leading super().__init__()): learners get the class and its method signatures,
-    and a blank class still builds, so that a visible check can say "not implemented yet"."""
-    source = inspect.getsource(cls)
-    lines = source.splitlines()
-    regions = []
-    for node in ast.parse(source).body[0].body:
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        body = node.body
-        if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            body = body[1:]
-        if body and ast.unparse(body[0]) == "super().__init__()":
-            body = body[1:]
-        regions.append((body[0].lineno - 1, body[-1].end_lineno))
-    for first, last in reversed(regions):
-        indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
-        lines[first:last] = [f"{indent}### BEGIN SOLUTION", *lines[first:last], f"{indent}### END SOLUTION"]
-    return "\n".join(lines)
 
 
 # --- Known mistakes: split_heads and merge_heads ----------------------------------------------------
@@ -463,22 +298,7 @@ SA_HINTS = {
 
 # --- Hidden checks ----------------------------------------------------------------------------------------
 
-FORBIDDEN = {
-    "softmax": "torch.softmax / F.softmax / Tensor.softmax",
-    "_softmax": "torch._softmax",
-    "_safe_softmax": "torch._safe_softmax",
-    "special_softmax": "torch.special.softmax",
-    "log_softmax": "log_softmax",
-    "_log_softmax": "log_softmax",
-    "scaled_dot_product_attention": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_attention_math": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention_for_cpu": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_efficient_attention": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_cudnn_attention": "F.scaled_dot_product_attention",
-    "multi_head_attention_forward": "nn.MultiheadAttention",
-    "_native_multi_head_attention": "nn.MultiheadAttention",
-}
+FORBIDDEN = builtins.forbidden("softmax", "attention", "multi_head_attention")
 
 MHA_SALT = 40  # module_check's salt for the grader's weights of MultiHeadAttention (case i: MHA_SALT + i)
 SA_SALT = 60
@@ -626,5 +446,4 @@ CHECKS = {
 
 # Names whose appearance in a solution cell's code earns no points (read by autograder.grading.shortcuts, never run).
 # A plain call of the notebook's own scaled_dot_product_attention (a name, not an attribute) is allowed.
-SHORTCUT_NAMES = ("softmax", "log_softmax", "_softmax", "_safe_softmax", "scaled_dot_product_attention", "MultiheadAttention",
-                  "multi_head_attention_forward", "_native_multi_head_attention")
+SHORTCUT_NAMES = builtins.shortcut_names("softmax", "attention", "multi_head_attention")

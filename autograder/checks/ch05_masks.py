@@ -5,8 +5,7 @@
   the hidden checks evaluate them on grading-time inputs.
 - FORBIDDEN: the built-ins a function must not call (torch function names and ATen op names, as the
   grader's observers see them); SHORTCUT_NAMES: names the static reading of a solution cell refuses.
-- CHECKS: the hidden check of each graded cell, by grade id; check_*: the same, run in this process.
-- WRONG_ANSWERS: typical mistakes as edits of the reference source (end-to-end and learner-trial tests).
+- CHECKS: the hidden check of each graded cell, by grade id (run in this process by checks.run_check).
 
 Masks are boolean, True = may attend; a mask is compared exactly (dtype bool, shape, device, every entry).
 Functions that create a mask from plain numbers (causal_mask, causal_mask_bottom_right) are called with
@@ -19,7 +18,8 @@ import math
 
 import torch
 
-from autograder.checks import Case, Dev, Fn, Returned, callee_faults, function_check, generator, run_local
+from autograder.checks import builtins
+from autograder.checks import Case, Dev, Fn, Returned, callee_faults, function_check, generator
 from solutions import ch05_masks as ref
 
 # --- Known mistakes -----------------------------------------------------------------------------
@@ -203,15 +203,7 @@ ERROR_HINTS = {
 
 # --- Hidden checks --------------------------------------------------------------------------------
 
-FORBIDDEN = {
-    "scaled_dot_product_attention": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_attention_math": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention_for_cpu": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_efficient_attention": "F.scaled_dot_product_attention",
-    "_scaled_dot_product_cudnn_attention": "F.scaled_dot_product_attention",
-    "multi_head_attention_forward": "nn.MultiheadAttention",
-}
+FORBIDDEN = builtins.forbidden("attention", "multi_head_attention")
 
 
 def _mask_words(expected_dtype, got_dtype):
@@ -372,10 +364,7 @@ CHECKS["dependency_matrix_hidden"].given = {"look_ahead": ref.look_ahead, "causa
 
 
 # Names whose appearance in a solution cell's code earns no points (read by autograder.grading.shortcuts, never run).
-SHORTCUT_NAMES = (
-    "scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward",
-    "causal_lower_right", "causal_upper_left", "CausalBias", "generate_square_subsequent_mask",
-)
+SHORTCUT_NAMES = builtins.shortcut_names("attention", "multi_head_attention", "causal_masks")
 
 
 # --- Helpers for the visible checks (evaluated when the notebook is built) --------------------------

@@ -444,7 +444,7 @@ def _build_module(cls, spec, arrays, device):
     return module, kept
 
 
-def _gradients(args, grad_wrt, out, seed):
+def gradients(args, grad_wrt, out, seed):
     """d(sum_j <out_j, R_j>)/d(args[i]) for the float outputs out_j and seeded random R_j (a gradient probe)."""
     import torch
 
@@ -517,7 +517,7 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
             target, record["weights_kept"] = _build_module(fn, call["module"], arrays, device)
         with observe_fn, observe_aten:
             out = target(*args, **kwargs)
-            grads = _gradients(args, grad_wrt, out, int(call.get("grad_seed", 0))) if grad_wrt else None
+            grads = gradients(args, grad_wrt, out, int(call.get("grad_seed", 0))) if grad_wrt else None
         record["outputs"] = encode_value(out)
         if grads is not None:
             record["grads"] = [encode_value(g) for g in grads]
@@ -539,22 +539,6 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
 
 # --- The guard: forbidden built-ins switched off, out of the learner's reach -----------------------------
 
-# Built-ins that compute the same thing as one another: forbidding one member forbids the family (the learner
-# must not get softmax through log_softmax, a masked or sparse softmax, or SDPA through one of its kernels).
-FAMILIES = (
-    ("softmax", "_softmax", "_safe_softmax", "_log_softmax", "log_softmax", "special_softmax", "special_log_softmax",
-     "_masked_softmax", "_sparse_softmax", "_sparse_log_softmax"),
-    ("scaled_dot_product_attention", "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
-     "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-     "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
-     "_efficient_attention_forward", "_flash_attention_forward", "_scaled_dot_product_attention_math_for_mps",
-     "_triton_scaled_dot_attention", "_fused_sdp_choice"),
-    ("multi_head_attention_forward", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
-     "_triton_multi_head_attention"),
-    ("rnn_tanh", "rnn_relu", "rnn_tanh_cell", "rnn_relu_cell", "lstm", "lstm_cell", "_thnn_fused_lstm_cell", "gru",
-     "gru_cell", "_thnn_fused_gru_cell", "_cudnn_rnn", "quantized_lstm_cell", "quantized_gru_cell",
-     "quantized_rnn_tanh_cell", "quantized_rnn_relu_cell"),
-)
 GUARD_PREFIX = "course-guard: "
 # Dispatch keys that only wrap another kernel (they redispatch below themselves): the guard leaves them and
 # replaces every kernel that computes.
@@ -564,15 +548,6 @@ _WRAPPER_KEYS = ("Autograd", "Tracer", "FuncTorch", "Functionalize", "ADInplaceO
 # without the guard (exec, spawn), raw memory (ctypes, /proc/<pid>/mem), tracing the grader's frames.
 _REFUSED_EVENTS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
                    "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile", "subprocess.Popen", "pty.spawn")
-
-
-def guarded_names(forbidden):
-    """The forbidden names, with every member of a family that one of them belongs to."""
-    names = set(forbidden)
-    for family in FAMILIES:
-        if names & set(family):
-            names |= set(family)
-    return sorted(names)
 
 
 def _dispatch_keys(qualified):
@@ -631,15 +606,20 @@ def _block_exec():
     return libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0
 
 
-def arm_guard(forbidden, block_exec=True):
-    """Switch the forbidden built-ins off in this interpreter for good, before any learner code runs.
+def arm_guard(names, block_exec=True, idle_identity=()):
+    """Switch the built-ins `names` off in this interpreter for good, before any learner code runs.
 
+    `names` is the whole list (the grader expands a check's forbidden names to their families with
+    autograder/checks/builtins.py, switched_off, and sends the result in job.json: this file keeps no list).
     Observing a call from inside the learner's interpreter can be undone by learner code (through frames, gc,
-    module globals, a forged report), so the guard does not observe: it replaces every kernel of each forbidden
-    ATen operator (and every member of its family, every overload, every dispatch key that computes) with one
-    that raises, and each forbidden Python-level function (F.multi_head_attention_forward) with a stub that
-    raises. A learner's function that reaches one of them, by any name or route, raises; its outputs cannot be
-    the built-in's. What would undo the guard is out of reach: the registrations are held only by an audit hook
+    module globals, a forged report), so the guard does not observe: it replaces every kernel of each named
+    ATen operator (every overload, every dispatch key that computes) with one that raises, each named
+    Python-level function of F or torch (F.multi_head_attention_forward) with a stub that raises, and the forward
+    of each named nn.Module class (nn.TransformerEncoderLayer) with one that raises. A learner's function that
+    reaches one of them, by any name or route, raises; its outputs cannot be the built-in's. The ops in
+    `idle_identity` (dropout's: input, p, train) return their input unchanged where they compute nothing
+    (train False or p == 0), as the built-in itself does, so nn.Dropout in eval mode keeps working.
+    What would undo the guard is out of reach: the registrations are held only by an audit hook
     (no Python name refers to them; their finalizer is detached), and the hook refuses what could reach them or
     start an interpreter without them (gc's object walks, ctypes, tracing, exec and spawn, /proc/<pid>/mem);
     a seccomp filter refuses execve itself.
@@ -651,12 +631,22 @@ def arm_guard(forbidden, block_exec=True):
     import torch
     import torch.nn.functional as F
 
-    names = guarded_names(forbidden)
+    names = sorted(set(names))
     if not names:
         return {"names": [], "exec_blocked": False}
 
     def disabled(name):
         def kernel(*args, **kwargs):
+            raise RuntimeError(f"{GUARD_PREFIX}`{name}` is switched off while this notebook is graded "
+                               "(the exercise asks you to write it yourself)")
+
+        kernel.__name__ = f"disabled_{name}"
+        return kernel
+
+    def disabled_unless_idle(name):
+        def kernel(input, p, train, *args, **kwargs):
+            if not train or p == 0:
+                return input  # what the built-in returns when it drops nothing
             raise RuntimeError(f"{GUARD_PREFIX}`{name}` is switched off while this notebook is graded "
                                "(the exercise asks you to write it yourself)")
 
@@ -676,12 +666,16 @@ def arm_guard(forbidden, block_exec=True):
                 qualified = f"aten::{name}" + ("" if overload == "default" else f".{overload}")
                 for key in _dispatch_keys(qualified):
                     try:
-                        library.impl(name if overload == "default" else f"{name}.{overload}", disabled(name), key)
+                        stub = disabled_unless_idle(name) if name in idle_identity else disabled(name)
+                        library.impl(name if overload == "default" else f"{name}.{overload}", stub, key)
                     except Exception:
                         pass  # e.g. a Meta kernel of a composite op: its parts are switched off
             for module in (F, torch):
                 if not packet and callable(getattr(module, name, None)):
                     setattr(module, name, disabled(name))
+            cls = getattr(torch.nn, name, None)
+            if not packet and isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+                cls.forward = disabled(name)  # subclasses and every alias of the class see it
     for finalizer in list(getattr(weakref.finalize, "_registry", {})):
         info = weakref.finalize._registry.get(finalizer)
         if info is not None and info.weakref() is library:
@@ -738,8 +732,10 @@ def main(job_dir):
     import torch
 
     torch.set_num_threads(1)
-    forbidden = sorted({name for probe in job["probes"].values() for name in probe.get("forbidden", ())})
-    armed = arm_guard(forbidden, block_exec=job.get("block_exec", True))
+    # What the guard switches off comes with the job (the grader expands each check's forbidden names).
+    switch_off = sorted({name for probe in job["probes"].values() for name in probe.get("switch_off", ())})
+    idle = sorted({name for probe in job["probes"].values() for name in probe.get("idle_identity", ())})
+    armed = arm_guard(switch_off, block_exec=job.get("block_exec", True), idle_identity=idle)
     send({"event": "guard", "names": armed["names"], "exec_blocked": armed["exec_blocked"]})
     namespace = {"__name__": "__main__", "display": print}
     real_stdout, real_stderr = sys.stdout, sys.stderr
