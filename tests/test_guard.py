@@ -1,5 +1,6 @@
-"""The sandbox's guard (autograder/runner.py, arm_guard): forbidden built-ins switched off inside the graded
-interpreter, out of the learner's reach, while everything else a learner may use still works.
+"""The sandbox's guard (autograder/checks/runner.py, arm_guard, given what autograder/checks/builtins.py expands a
+forbidden set to): forbidden built-ins switched off inside the graded interpreter, out of the learner's reach, while
+everything else a learner may use still works.
 
 Each route is tried in a fresh Python process (the guard is for good: it cannot be undone in the process that
 armed it). The same script run without the guard shows that every route does reach the built-in there, so a
@@ -12,8 +13,11 @@ import sys
 
 import pytest
 
-from autograder.checks import runner
+from autograder.checks import builtins, runner
 from conftest import ROOT
+
+# The groups the routes below reach; the guard gets their expansion, as write_job sends it in job.json.
+FORBIDDEN = ["softmax", "scaled_dot_product_attention", "multi_head_attention_forward"]
 
 # Each route: code that tries to get the value of a forbidden built-in (softmax, SDPA, nn.MultiheadAttention) on x.
 ROUTES = {
@@ -63,7 +67,7 @@ import ctypes
 warnings.simplefilter("ignore")
 torch.set_num_threads(1)  # as in the sandbox: a forked child must not wait for the parent's OpenMP threads
 if {arm}:
-    runner.arm_guard(["softmax", "scaled_dot_product_attention", "multi_head_attention_forward"])
+    runner.arm_guard({switch_off!r}, idle_identity={idle!r})
 x = torch.randn(2, 3, 4)
 
 
@@ -108,7 +112,8 @@ print(json.dumps(results))
 
 
 def run(routes, arm):
-    script = SCRIPT.format(autograder=str(ROOT / "autograder" / "checks"), arm=arm)
+    script = SCRIPT.format(autograder=str(ROOT / "autograder" / "checks"), arm=arm, switch_off=builtins.switched_off(FORBIDDEN),
+                           idle=builtins.idle_identity(FORBIDDEN))
     result = subprocess.run([sys.executable, "-c", script, json.dumps(routes)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -143,7 +148,7 @@ def test_the_guard_leaves_everything_else_working(guarded, name):
 
 
 def test_families_expand_to_every_kernel_that_computes_the_same():
-    names = runner.guarded_names(["softmax"])
+    names = builtins.switched_off(["softmax"])
     assert {"_softmax", "_log_softmax", "_masked_softmax", "_sparse_softmax", "_safe_softmax"} <= set(names)
     assert "scaled_dot_product_attention" not in names
-    assert runner.guarded_names([]) == []
+    assert builtins.switched_off([]) == []

@@ -46,3 +46,15 @@ def test_forbidden_scan_sees_built_ins_and_hiding():
     assert shortcuts.scan("y = torch.softmax(x, -1)", names)
     assert shortcuts.scan("f = getattr(torch, name)", names)
     assert shortcuts.scan("y = x.exp() / x.exp().sum(-1, keepdim=True)", names) == []
+
+
+def test_group_static_names_refuse_the_built_in_and_leave_honest_attributes_alone():
+    from autograder.checks import builtins
+
+    dropout = builtins.shortcut_names("dropout")
+    assert shortcuts.scan("y = F.alpha_dropout(x, 0.5)", dropout)
+    assert shortcuts.scan("self.drop = nn.Dropout1d(0.1)", dropout)
+    assert shortcuts.scan("self.dropout = nn.Dropout(0.1)\ny = self.dropout(x)", dropout) == []  # honest layers write these
+    layer_norm = builtins.shortcut_names("layer_norm")
+    assert shortcuts.scan("y = F.layer_norm(x, (d,))", layer_norm)
+    assert shortcuts.scan("y = layer_norm(x, w, b)", layer_norm) == []  # the learner's own function, by name

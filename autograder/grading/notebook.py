@@ -142,7 +142,11 @@ def _prefix_arrays(spec, prefix):
 def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dict, replay=None):
     """job.json + inputs.npz + runner.py, readable (not writable) by the sandbox's user.
     replay: {probe cell index: {call index: callee table}} for a replay round: only those calls of those
-    probes are made (each with its table, see autograder.checks.judge_with_replays); other probes are left out."""
+    probes are made (each with its table, see autograder.checks.judge_with_replays); other probes are left out.
+    Each probe carries its check's forbidden names (what the observers note) and what the sandbox's guard switches
+    off for it: their families, expanded here (the runner imports nothing of the course)."""
+    from autograder.checks import builtins
+
     probes, arrays, calls_by_cell = {}, {}, {}
     for cell in cells:
         if cell["kind"] != "probe" or (replay is not None and cell["index"] not in replay):
@@ -160,7 +164,8 @@ def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dic
         for spec in specs:
             _prefix_arrays(spec, prefix)
         arrays.update({prefix + k: v for k, v in cell_arrays.items()})
-        probes[cell["probe"]] = {"function": check.function, "calls": specs, "forbidden": sorted(check.forbidden), "callees": list(check.callees)}
+        probes[cell["probe"]] = {"function": check.function, "calls": specs, "forbidden": sorted(check.forbidden), "callees": list(check.callees),
+                                 "switch_off": builtins.switched_off(check.forbidden), "idle_identity": builtins.idle_identity(check.forbidden)}
         calls_by_cell[cell["index"]] = calls
     run_cells = [
         {"index": c["index"], "kind": c["kind"], "probe": c["probe"], "source": "pass" if c["index"] in skip else c["source"]}

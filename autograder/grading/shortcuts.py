@@ -1,6 +1,7 @@
 """Find forbidden shortcuts in a learner's solution cell by reading its code (it is never run here).
 
-The grading process parses each solution cell (Python's `ast`, no execution) and reports:
+The grading process parses each solution cell (Python's `ast`, no execution) and reports (the names a chapter
+refuses are its SHORTCUT_NAMES, composed from the groups of autograder/checks/builtins.py):
 - a forbidden built-in named in the code: `torch.softmax(...)`, `x.softmax(-1)`, `F.scaled_dot_product_attention`,
   `from torch.nn.functional import softmax`, or the name as a string (`getattr(F, "softmax")`);
 - an import of the course's own packages (`solutions`, `autograder`);
