@@ -1,4 +1,4 @@
-"""python -m autograder {build,grade,report,formgrader} — see README.md, "For instructors".
+"""python -m autograder {build,grade,report,formgrader} — see the guide for instructors (guides/instructors.md).
 
 Exit status of `grade` and `report`: 0 every submission was graded; 1 the run finished but some submissions
 were skipped or could not be graded (each has its status in summary.csv, and is listed at the end); 2 nothing
@@ -45,12 +45,12 @@ def main(argv=None):
     g.add_argument("--notebook-memory-mb", type=int, default=None,
                    help="memory of all of a notebook's processes together in MiB, where the host allows a memory cgroup (default 4096; 16384 on cuda)")
     g.add_argument("--course-config", type=Path, default=None,
-                   help="due dates, extensions and late penalty (TOML; default: <workdir>/registry.toml, or the file an earlier run used)")
+                   help="due dates, extensions and late penalty (TOML; default: <workdir>/course.toml, or the file an earlier run used)")
     g.add_argument("--restart", action="store_true", help="ignore the results of an earlier (interrupted) run in this workdir and grade everything again")
     g.add_argument("--allow-unsandboxed", action="store_true", help="grade even if no sandbox is available (trusted submissions only; a loud warning is printed)")
     g.add_argument("--db", metavar="URL", default=None, help="the gradebook: any SQLAlchemy URL nbgrader accepts, e.g. postgresql+psycopg://grader@dbhost:5432/course (default: the one in <workdir>/nbgrader_config.py, else SQLite <workdir>/gradebook.db)")
     g.add_argument("--scheduler", metavar="tcp://HOST:8786", default=None,
-                   help="grade on a running Dask cluster (`dask scheduler` + `dask worker` on the grading hosts; README, 'Grading a large "
+                   help="grade on a running Dask cluster (`dask scheduler` + `dask worker` on the grading hosts; guides/large-courses.md, 'Grading a large "
                         "course'); default: an embedded cluster of --workers processes on this machine")
 
     r = sub.add_parser("report", help="rebuild every report from the gradebook and saved results (after formgrader, a roster import or new due dates)",

@@ -5,7 +5,7 @@ the database `--db` names, see autograder/gradebook.py) lives in
 a working directory outside git (default: grading/).
 
 A class's own settings (due dates, extensions, the late penalty) live in a TOML file, by default
-<workdir>/registry.toml (see README.md, "For instructors"):
+<workdir>/course.toml (see guides/instructors.md):
 
     timezone = "Europe/Berlin"                  # for due dates written without one (default UTC)
     [due]
@@ -31,7 +31,7 @@ from autograder import registry
 
 COURSE_ID = "transformer-course"
 CELL_TIMEOUT_S = 30  # per cell while autograding; checks take about a second
-COURSE_CONFIG = "registry.toml"  # in the working directory, unless --course-config names another file
+COURSE_CONFIG = "course.toml"  # in the working directory, unless --course-config names another file
 DEFAULT_PENALTY_PLUGIN = "autograder.reporting.latepenalty.PerDayPenalty"  # when [late_penalty] names none
 NO_PENALTY_PLUGIN = "nbgrader.plugins.LateSubmissionPlugin"  # nbgrader's own; its default: no penalty
 # The course's plugin under the name it had before the package was split into rooms: a course.toml written then

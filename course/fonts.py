@@ -42,7 +42,7 @@ CJK_RANGES = [(0x2E80, 0x2FDF), (0x3000, 0x303F), (0x3100, 0x312F), (0x3200, 0x3
               (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0xFE30, 0xFE4F), (0xFF00, 0xFFEF)]
 CJK = re.compile("[" + "".join(f"\\u{a:04x}-\\u{b:04x}" for a, b in CJK_RANGES) + "]")
 # The files whose text reaches the site: every page, the book's configuration (title) and table of contents.
-PAGE_GLOBS = ["*.md", "chapters/**/*.md", "_config.yml", "_toc.yml"]
+PAGE_GLOBS = ["*.md", "chapters/**/*.md", "guides/*.md", "_config.yml", "_toc.yml"]
 
 
 def unicode_range() -> str:

@@ -5,7 +5,7 @@
   per core (`--workers N`), started fresh (Dask spawns its worker processes: never forked from this process,
   which may have used torch's OpenMP, see grade.py), no setup, and the same scores as any other layout;
 - `--scheduler tcp://HOST:8786` uses a running Dask cluster instead: `dask scheduler` on one host and
-  `dask worker` on each grading host (README, "Grading a large course").
+  `dask worker` on each grading host (guides/large-courses.md).
 
 One code path: the embedded cluster is just a cluster whose scheduler and workers this process starts.
 
@@ -258,7 +258,7 @@ def connect(scheduler: str | None = None, workers: int | None = None, device: st
                 client = Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
             except (OSError, TimeoutError, ValueError) as exc:
                 raise ClusterError(f"cannot reach the Dask scheduler at {scheduler} ({type(exc).__name__}: {exc}); "
-                                   "start it with `dask scheduler` on that host (README, 'Grading a large course')") from None
+                                   "start it with `dask scheduler` on that host (guides/large-courses.md)") from None
             try:
                 client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
             except TimeoutError:

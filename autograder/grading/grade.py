@@ -163,7 +163,7 @@ def _read_state(workdir: Path) -> dict:
 
 
 def course_settings(workdir: Path, course_config=None, state=None):
-    """The course configuration: --course-config, else the one the run used before, else <workdir>/registry.toml."""
+    """The course configuration: --course-config, else the one the run used before, else <workdir>/course.toml."""
     state = state if state is not None else _read_state(workdir)
     path = Path(course_config).resolve() if course_config else Path(state["course_config"]) if state.get("course_config") else workdir / COURSE_CONFIG
     if course_config and not path.exists():
@@ -279,7 +279,7 @@ def _sandbox_mode(selected, options: GradeOptions, out) -> str:
                 raise UsageError(
                     "no sandbox available: bubblewrap (`bwrap`) is not installed or cannot create namespaces here.\n"
                     "Install it (Debian/Ubuntu: apt install bubblewrap), or pass --allow-unsandboxed to grade trusted "
-                    "submissions without one. See README.md, 'Grading safely'."
+                    "submissions without one. See guides/security.md."
                 )
             print(NO_SANDBOX_WARNING, file=out)
         elif mode == "bwrap":

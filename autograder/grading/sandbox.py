@@ -1,6 +1,6 @@
 """Run the learner's code in a sandbox: bubblewrap namespaces, another user, rlimits, and a watchdog.
 
-What the sandboxed process gets (see README, "Grading safely"):
+What the sandboxed process gets (see guides/security.md):
 - a filesystem with /usr, the Python installation and the course venv read-only, a size-limited tmpfs as
   /tmp, and the job folder (the submission's code and the grader's inputs) read-only as /job; nothing else
   of the host: not the gradebook, not the instructor sources, not `solutions/`, not the hidden checks;
