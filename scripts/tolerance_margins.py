@@ -6,7 +6,7 @@
    inputs in float64; the float32 reference's largest distance from it, in units of the float32 tolerance
    (autograder.checks.TOLERANCES). Valid learner code that orders the arithmetic differently lies about as
    far again, so this should stay well below 0.5.
-2. Mistakes: every catalogued wrong answer of every chapter, graded in-process (as tests/test_learner_trials.py
+2. Mistakes: every catalogued wrong answer of every chapter, graded in-process (as the chapter contract, tests/chapter_contract.py,
    does); the smallest "largest difference" any hidden check reports for it. It should stay far above the
    float32 tolerance, so that no machine's rounding can turn a mistake into full marks.
 """
@@ -62,14 +62,15 @@ def rounding_margins(seeds: int) -> dict:
 
 def mistake_margins() -> list:
     """[(smallest reported difference, chapter, mistake)] for every catalogued wrong answer."""
-    from test_learner_trials import hidden_results, run_notebook
+    import harness  # tests/harness.py: the chapter contract's notebook harness
 
     rows = []
     for chapter in registry.graded_chapters():
+        material = harness.material(chapter)
         for name in demo.catalogue(chapter):
             with contextlib.redirect_stdout(io.StringIO()):
-                namespace, _ = run_notebook(demo.filled_submission(chapter, [name]))
-                messages = [m for m in hidden_results(chapter, namespace).values() if m]
+                run = harness.run_notebook(harness.filled(material, [name]))
+                messages = [m for m in harness.lost(harness.hidden(material, run.namespace)).values() if m]
             diffs = [float(d) for m in messages for d in re.findall(r"largest difference ([0-9.e+-]+|inf)", m)]
             rows.append((min(diffs) if diffs else None, chapter, name))
     return rows

@@ -1,8 +1,13 @@
-"""The checkers themselves: each must pass the reference AND fail, with the right diagnosis, on wrong code."""
+"""Chapter 02's own checker tests: each must fail, with the right diagnosis, on wrong code written here (devices,
+dtypes, in-place edits, forbidden built-ins, fully masked rows, callers of a wrong softmax); the visible-check helpers.
 
-import functools
+What every chapter must keep (reference full marks, blank notebook, every catalogued wrong and valid answer,
+hidden inputs that change with the seed, the notebooks): tests/chapter_contract.py; each hidden check's
+catalogued mistakes named as themselves: tests/test_mistake_catalogues.py."""
+
 import math
 
+import harness
 import pytest
 import torch
 
@@ -14,50 +19,10 @@ from autograder.checks import run_check
 from solutions import ch02_qkv_attention as ref
 
 CHAPTER = "02-qkv-attention"
+M = harness.material(CHAPTER)
 trials = registry.answers(CHAPTER)  # the chapter's test data: wrong answers, valid alternatives
 
 # --- Hidden checks ---------------------------------------------------------------------------------
-
-
-@pytest.mark.usefixtures("grading_env")
-@pytest.mark.parametrize(
-    "check,reference",
-    [
-        (functools.partial(run_check, CHAPTER, "stable_softmax_hidden"), ref.stable_softmax),
-        (functools.partial(run_check, CHAPTER, "scaled_dot_product_attention_hidden"), ref.scaled_dot_product_attention),
-        (functools.partial(run_check, CHAPTER, "self_attention_hidden"), ref.self_attention),
-        (functools.partial(run_check, CHAPTER, "dot_product_variance_hidden"), ref.dot_product_variance),
-    ],
-)
-def test_hidden_checks_pass_the_reference(check, reference):
-    check(reference)
-
-
-@pytest.mark.usefixtures("grading_env")
-@pytest.mark.parametrize("description", list(checks.SDPA_MISTAKES))
-def test_hidden_sdpa_check_names_each_mistake(description):
-    with pytest.raises(AssertionError) as failure:
-        run_check(CHAPTER, "scaled_dot_product_attention_hidden", checks.SDPA_MISTAKES[description])
-    # K-not-transposed fails with a shape error on non-square inputs: named through its error hint instead.
-    expected = "K is not transposed" if "K is not transposed" in description else description
-    assert expected in str(failure.value)
-
-
-@pytest.mark.usefixtures("grading_env")
-@pytest.mark.parametrize("description", list(checks.SELF_ATTENTION_MISTAKES)[:4])
-def test_hidden_self_attention_check_names_each_mistake(description):
-    with pytest.raises(AssertionError) as failure:
-        run_check(CHAPTER, "self_attention_hidden", checks.SELF_ATTENTION_MISTAKES[description])
-    assert description in str(failure.value)
-
-
-@pytest.mark.usefixtures("grading_env")
-@pytest.mark.parametrize("description", list(checks.STABILITY_MISTAKES) + list(checks.SOFTMAX_MISTAKES))
-def test_hidden_softmax_check_names_each_mistake(description):
-    wrong = {**checks.STABILITY_MISTAKES, **checks.SOFTMAX_MISTAKES}[description]
-    with pytest.raises(AssertionError) as failure:
-        run_check(CHAPTER, "stable_softmax_hidden", wrong)
-    assert description in str(failure.value)
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -94,22 +59,6 @@ def test_dtype_loss_is_reported():
 def test_variance_check_fails_on_wrong_experiments(wrong, message):
     with pytest.raises(AssertionError, match=message.replace("(", r"\(").replace(")", r"\)")):
         run_check(CHAPTER, "dot_product_variance_hidden", wrong)
-
-
-@pytest.mark.usefixtures("grading_env")
-def test_hidden_checks_use_the_grading_seed(monkeypatch):
-    inputs = {}
-
-    def spy(x, dim=-1):
-        inputs.setdefault(len(inputs), x.clone())
-        return ref.stable_softmax(x, dim)
-
-    run_check(CHAPTER, "stable_softmax_hidden", spy)
-    first = inputs[0]
-    inputs.clear()
-    monkeypatch.setenv("COURSE_GRADING_SEED", "8")
-    run_check(CHAPTER, "stable_softmax_hidden", spy)
-    assert not torch.equal(first, inputs[0]), "a new grading seed must give new inputs"
 
 
 # --- Visible-check helpers (copied into every notebook) ---------------------------------------------
@@ -212,21 +161,6 @@ def test_expect_mask_passes_the_mask_and_fails_on_dtype_entries_or_a_named_mista
 # --- Issue 15: what a learner met (fully masked rows, precision, callers of a wrong callee, visible catches) ----
 
 
-def _notebook(*sources):
-    """A notebook's namespace: the imports cell, then each source (a function of the reference or a learner's)."""
-    namespace = {"__name__": "__main__"}
-    exec("import math\nimport torch\nfrom torch import Tensor\n", namespace)
-    for source in sources:
-        exec(source, namespace)
-    return namespace
-
-
-def _reference_source(name):
-    import inspect
-
-    return inspect.getsource(getattr(ref, name))
-
-
 @pytest.mark.usefixtures("grading_env")
 def test_a_query_with_no_allowed_key_may_give_nan_or_zeros_but_not_equal_weights():
     plan = checks.CHECKS["scaled_dot_product_attention_hidden"].plan(7, "cpu")
@@ -272,7 +206,7 @@ _MATRIX_ONLY_SOFTMAX = trials.WRONG_ANSWERS["softmax_for_matrices_only"].new
     "def stable_softmax(x, dim=-1):\n    x32 = x.float()\n    e = torch.exp(x32 - x32.amax(dim=dim, keepdim=True))\n    return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)\n",
 ], ids=["raises on batches", "edits its input in place", "float32 cast back"])
 def test_correct_callers_keep_their_points_when_the_softmax_is_wrong(softmax):
-    namespace = _notebook(softmax, _reference_source("scaled_dot_product_attention"), _reference_source("self_attention"))
+    namespace = harness.namespace_of(M, sources={"stable_softmax": softmax})
     with pytest.raises(AssertionError):
         run_local(checks.CHECKS["stable_softmax_hidden"], namespace["stable_softmax"], namespace=namespace)
     for gid in ("scaled_dot_product_attention_hidden", "self_attention_hidden"):
@@ -282,24 +216,9 @@ def test_correct_callers_keep_their_points_when_the_softmax_is_wrong(softmax):
 
 @pytest.mark.usefixtures("grading_env")
 def test_a_softmax_written_for_matrices_only_is_told_why():
-    namespace = _notebook(_MATRIX_ONLY_SOFTMAX)
+    namespace = harness.namespace_of(M, sources={"stable_softmax": _MATRIX_ONLY_SOFTMAX})
     with pytest.raises(AssertionError, match="works only for matrices"):
         run_check(CHAPTER, "stable_softmax_hidden", namespace["stable_softmax"])
-
-
-def _visible_messages(wrong):
-    from autograder.authoring import demo
-
-    nb = demo.filled_submission("02-qkv-attention", [wrong])
-    namespace, messages = {"__name__": "__main__"}, {}
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        try:
-            exec(cell.source, namespace)
-        except Exception as exc:
-            messages[cell.metadata.get("nbgrader", {}).get("grade_id")] = str(exc)
-    return messages
 
 
 @pytest.mark.parametrize("wrong,cell,diagnosis", [
@@ -314,9 +233,9 @@ def _visible_messages(wrong):
     ("sdpa_missing_scale_with_self_attention_keywords", "self_attention_visible", "fix exercise 2 first"),
 ])
 def test_the_visible_checks_name_what_the_hidden_ones_grade(wrong, cell, diagnosis):
-    messages = _visible_messages(wrong)
-    assert cell in messages, f"{wrong}: the visible check {cell} passes"
-    assert diagnosis in messages[cell], messages[cell][:500]
+    message = harness.learner_run(M, wrong=(wrong,)).message(cell)  # the contract's run of this wrong answer
+    assert message, f"{wrong}: the visible check {cell} passes"
+    assert diagnosis in message, message[:500]
 
 
 @pytest.mark.parametrize("cases,reference,catalogue", [

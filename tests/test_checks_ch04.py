@@ -1,22 +1,20 @@
-"""Chapter 04's checkers: each hidden check passes the reference and valid alternatives, and FAILS, with the
-right diagnosis, on every catalogued mistake; and the notebook, tried as a learner would (reference, blank,
-typical mistakes, valid alternatives, forbidden built-ins), says the right thing in its visible checks too.
+"""Chapter 04's own checker tests: large-score cases, valid alternatives written here, forbidden built-ins,
+parameters that do not load, callees graded apart, the find-the-bug SelfAttention cell, and what the visible
+checks say about particular mistakes (notebooks run through tests/harness.py).
 
-The notebook runs here by executing its cells in order in a fresh namespace (what Jupyter does, without a
-kernel), then calling the hidden checks in-process (run_local), as plain `nbgrader autograde` would."""
+What every chapter must keep (reference full marks, blank notebook, every catalogued wrong and valid answer,
+hidden inputs that change with the seed, the notebooks): tests/chapter_contract.py; each hidden check's
+catalogued mistakes named as themselves: tests/test_mistake_catalogues.py."""
 
 import inspect
-import functools
 import math
-import re
 
-import nbformat
+import harness
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.authoring import build, demo
 from autograder import registry
 from autograder.checks import ch04_multi_head as checks
 from autograder.checks import run_check
@@ -25,36 +23,11 @@ from solutions import ch04_multi_head as ref
 from solutions.ch02_qkv_attention import scaled_dot_product_attention, stable_softmax
 
 CHAPTER = "04-multi-head"
+M = harness.material(CHAPTER)
 trials = registry.answers(CHAPTER)  # the chapter's test data: wrong answers, valid alternatives
 SEED = 7
 
-# --- Hidden checks: reference and catalogued mistakes ------------------------------------------------
-
-CHECKED = [
-    (functools.partial(run_check, CHAPTER, "split_heads_hidden"), ref.split_heads, checks.SPLIT_MISTAKES),
-    (functools.partial(run_check, CHAPTER, "merge_heads_hidden"), ref.merge_heads, checks.MERGE_MISTAKES),
-    (functools.partial(run_check, CHAPTER, "MultiHeadAttention_hidden"), ref.MultiHeadAttention, checks.MHA_MISTAKES),
-    (functools.partial(run_check, CHAPTER, "mha_parameter_count_hidden"), ref.mha_parameter_count, checks.COUNT_MISTAKES),
-    (functools.partial(run_check, CHAPTER, "SelfAttention_hidden"), ref.SelfAttention, checks.SA_MISTAKES),
-]
-
-
-@pytest.mark.usefixtures("grading_env")
-@pytest.mark.parametrize("check,reference", [(c, r) for c, r, _ in CHECKED], ids=[r.__name__ for _, r, _ in CHECKED])
-def test_hidden_checks_pass_the_reference(check, reference):
-    check(reference)
-
-
-@pytest.mark.usefixtures("grading_env")
-@pytest.mark.parametrize(
-    "check,wrong,description",
-    [(c, m[d], d) for c, _, m in CHECKED for d in m],
-    ids=[f"{r.__name__}: {d[:50]}" for _, r, m in CHECKED for d in m],
-)
-def test_hidden_check_names_each_catalogued_mistake(check, wrong, description):
-    with pytest.raises(AssertionError) as failure:
-        check(wrong)
-    assert description in str(failure.value)
+# --- Hidden checks: large-score cases ------------------------------------------------
 
 
 def _large_case_scores(cases_fn, cls, salt, index, q_name, k_name, q_arg, k_arg, n_heads):
@@ -285,132 +258,31 @@ def test_a_callee_of_the_wrong_shape_costs_no_points_in_multi_head_attention():
 # --- The notebook, tried as a learner would ---------------------------------------------------------------
 
 
-def student_notebook():
-    return nbformat.read(registry.student_notebook(CHAPTER), as_version=4)
+def visible_says(sources=None, wrong=(), cell=None):
+    """What the learner sees under one visible check (None if it passes): the filled-in notebook, with solution
+    cells replaced by `sources` ({grade id: code}) and catalogued wrong answers applied."""
+    if not sources:  # a catalogued wrong answer as it is: the chapter contract's run of it
+        return harness.learner_run(M, wrong=tuple(wrong)).message(cell)
+    return harness.run_notebook(harness.filled(M, wrong, sources=sources), visible={cell}).message(cell)
 
 
-def run_cells(nb, only_visible=None):
-    """Run the notebook's code cells in order, like Jupyter: {grade id: 'passed' or the error} for the visible
-    checks (all, or those in only_visible) and any other cell that failed; and the namespace."""
-    namespace, results = {"__name__": "__main__"}, {}
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        gid = meta.get("grade_id", "")
-        if cell.cell_type != "code" or meta.get("grade") or (only_visible is not None and gid.endswith("_visible") and gid not in only_visible):
-            continue
-        try:
-            exec(compile(cell.source, f"<cell {gid}>", "exec"), namespace)
-            result = "passed"
-        except Exception as exc:  # what the learner sees under the cell
-            result = f"{type(exc).__name__}: {exc}"
-        if gid.endswith("_visible") or result != "passed":
-            results[gid] = result
-    return results, namespace
+def hidden_says(namespace, grade_id):
+    """The hidden check's message on the namespace (None: full marks)."""
+    return harness.hidden(M, namespace, seed=SEED, grade_ids={grade_id})[grade_id]
 
 
-def hidden(namespace, grade_ids=None):
-    results = {}
-    for gid, check in checks.CHECKS.items():
-        if grade_ids is not None and gid not in grade_ids:
-            continue
-        try:
-            run_local(check, namespace.get(check.function), seed=SEED, device="cpu", namespace=namespace)
-            results[gid] = "passed"
-        except AssertionError as failure:
-            results[gid] = str(failure)
-    return results
+def test_blank_notebook_is_told_what_the_given_class_gets_wrong():
+    """The find-the-bug cell as given: the notes' class, whose layers do not have the shapes the exercise states
+    (that every other cell says "not implemented" and the notebook earns 0 is the chapter contract's)."""
+    run = harness.run_notebook(M.student, visible={"SelfAttention_visible"})
+    assert "must have exactly the parameters" in run.message("SelfAttention_visible")
+    assert "values.weight (8, 8)" in run.message("SelfAttention_visible")
+    assert "embed_size x embed_size" in hidden_says(run.namespace, "SelfAttention_hidden")
 
 
-def with_cells(sources, wrong=()):
-    """The filled-in submission (reference everywhere, plus catalogued wrong answers), with some solution
-    cells replaced by `sources` ({grade id: code})."""
-    nb = demo.filled_submission(CHAPTER, list(wrong))
-    for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in sources:
-            cell.source = sources[gid]
-    return nb
-
-
-def test_reference_passes_every_visible_and_hidden_check():
-    # (How long the visible checks take is measured by scripts/time_visible_checks.py, not asserted here.)
-    visible, namespace = run_cells(with_cells({}))
-    assert set(visible) == {f"{gid.removesuffix('_hidden')}_visible" for gid in checks.CHECKS}
-    assert all(r == "passed" for r in visible.values()), visible
-    assert all(r == "passed" for r in hidden(namespace).values())
-
-
-def test_points_in_the_headings_match_the_graded_cells():
-    sections = []  # [announced points, points of the graded cells in the section]
-    for cell in student_notebook().cells:
-        heading = re.match(r"^## \d+\. .*\((\d+) points?\)", cell.source) if cell.cell_type == "markdown" else None
-        if heading:
-            sections.append([int(heading.group(1)), 0])
-        elif cell.metadata.get("nbgrader", {}).get("grade"):
-            sections[-1][1] += cell.metadata.nbgrader.points
-    assert [a for a, _ in sections] == [actual for _, actual in sections] == [3, 2, 6, 2, 5]
-
-
-def test_visible_checks_run_with_torch_alone():
-    for cell in student_notebook().cells:
-        if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade"):
-            assert not re.search(r"^\s*(from|import) (solutions|autograder)", cell.source, re.M), cell.source[:200]
-
-
-def test_instructor_solution_cells_are_the_reference():
-    nb = build.instructor_notebook(CHAPTER)
-    for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if not cell.metadata.get("nbgrader", {}).get("solution"):
-            continue
-        source = cell.source.split("### BEGIN SOLUTION\n", 1)[1] if gid == "SelfAttention" else cell.source  # after the notes' class
-        without_markers = "\n".join(line for line in source.splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
-        assert without_markers.rstrip() == inspect.getsource(getattr(ref, gid)).rstrip(), f"solution cell {gid} drifted from solutions/"
-
-
-def test_blank_notebook_says_not_implemented_and_earns_nothing():
-    visible, namespace = run_cells(student_notebook())
-    for gid in ("split_heads", "merge_heads", "MultiHeadAttention", "mha_parameter_count"):
-        assert "is not implemented yet" in visible[f"{gid}_visible"], visible[f"{gid}_visible"]
-    # The find-the-bug cell as given: the notes' class, whose layers do not have the shapes the exercise states.
-    assert "must have exactly the parameters" in visible["SelfAttention_visible"]
-    assert "values.weight (8, 8)" in visible["SelfAttention_visible"]
-    assert all(r != "passed" for r in hidden(namespace).values())
-    assert "embed_size x embed_size" in hidden(namespace, {"SelfAttention_hidden"})["SelfAttention_hidden"]
-
-
-def test_student_notebook_hides_the_solutions():
-    text = "\n".join(c.source for c in student_notebook().cells)
-    for secret in ["BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "check_split_heads", ".transpose(1, 2)  # (batch, heads",
-                   "self.head_dim**0.5", "self.queries(query)", "matrices = 4", "self.w_o(merge_heads(heads))"]:
-        assert secret not in text, f"the student notebook reveals {secret!r}"
-    cells = [c for c in student_notebook().cells if c.metadata.get("nbgrader", {}).get("solution")]
-    assert [c.metadata.nbgrader.grade_id for c in cells] == ["split_heads", "merge_heads", "MultiHeadAttention", "mha_parameter_count", "SelfAttention"]
-    mha = next(c.source for c in cells if c.metadata.nbgrader.grade_id == "MultiHeadAttention")
+def test_the_module_cell_keeps_its_signatures():
+    mha = harness.cell_source(M.student, "MultiHeadAttention")
     assert mha.count("raise NotImplementedError()") == 2 and "def forward(" in mha and "super().__init__()" in mha
-
-
-CALLERS = {"split_heads": {"MultiHeadAttention_hidden"}, "merge_heads": {"MultiHeadAttention_hidden"}}
-
-
-@pytest.mark.parametrize("name", list(trials.WRONG_ANSWERS))
-def test_each_typical_mistake_is_caught_visibly_and_by_its_own_hidden_check_only(name):
-    wrong = trials.WRONG_ANSWERS[name]
-    visible, namespace = run_cells(with_cells({}, [name]), only_visible={f"{wrong.function}_visible"})
-    seen = visible[f"{wrong.function}_visible"]
-    if wrong.visible:
-        assert seen != "passed", f"{name}: the visible check does not catch it"
-        assert seen.startswith("CheckFailed"), f"{name}: the learner sees a raw error: {seen}"
-    graded = hidden(namespace, {f"{wrong.function}_hidden"} | CALLERS.get(wrong.function, set()))
-    assert {gid for gid, r in graded.items() if r != "passed"} == set(wrong.failing_cells), graded
-    assert wrong.diagnosis in graded[f"{wrong.function}_hidden"]
-
-
-def test_every_graded_category_has_a_mistake_the_visible_check_catches():
-    for gid, check in checks.CHECKS.items():
-        fn = gid.removesuffix("_hidden")
-        caught = {w.category for w in trials.WRONG_ANSWERS.values() if w.function == fn and w.visible}
-        assert set(check.categories) <= caught, f"{gid}: no visible wrong answer for {set(check.categories) - caught}"
 
 
 LEARNER_ALTERNATIVES = {
@@ -455,7 +327,7 @@ LEARNER_ALTERNATIVES = {
 
 def minimal_fix_of_the_given_class():
     """What most learners will hand in: the notes' class from the student cell, edited in place."""
-    given = next(c.source for c in student_notebook().cells if c.metadata.get("nbgrader", {}).get("grade_id") == "SelfAttention")
+    given = harness.cell_source(M.student, "SelfAttention")
     fixed = given.split("# YOUR CODE HERE")[0].replace("nn.Linear(self.head_dim, self.head_dim, bias=False)", "nn.Linear(embed_size, embed_size, bias=False)")
     for layer, name in (("values", "values"), ("keys", "keys"), ("queries", "query")):
         fixed = fixed.replace(f"{layer} = {name}.reshape(", f"{layer} = self.{layer}({name}).reshape(")
@@ -468,18 +340,18 @@ def test_valid_alternatives_pass_the_notebook(grade_id):
         sources = {"SelfAttention": minimal_fix_of_the_given_class()}
     else:
         sources = {grade_id: LEARNER_ALTERNATIVES[grade_id]}
-    visible, namespace = run_cells(with_cells(sources))
-    assert all(r == "passed" for r in visible.values()), visible
-    assert all(r == "passed" for r in hidden(namespace).values())
+    run = harness.run_notebook(harness.filled(M, sources=sources))
+    assert not run.failures(), run.failures()
+    assert not harness.lost(harness.hidden(M, run.namespace, seed=SEED))
 
 
 def test_the_notes_class_with_only_its_layer_sizes_changed_is_named_in_both_checks():
     given = minimal_fix_of_the_given_class()
     bug_1_left = given.replace("self.values(values).reshape(", "values.reshape(").replace("self.keys(keys).reshape(", "keys.reshape(")
     bug_1_left = bug_1_left.replace("self.queries(query).reshape(", "query.reshape(")
-    visible, namespace = run_cells(with_cells({"SelfAttention": bug_1_left}), only_visible={"SelfAttention_visible"})
-    assert "bug 1 is not fixed" in visible["SelfAttention_visible"]
-    assert "bug 1 is not fixed" in hidden(namespace, {"SelfAttention_hidden"})["SelfAttention_hidden"]
+    run = harness.run_notebook(harness.filled(M, sources={"SelfAttention": bug_1_left}), visible={"SelfAttention_visible"})
+    assert "bug 1 is not fixed" in run.message("SelfAttention_visible")
+    assert "bug 1 is not fixed" in hidden_says(run.namespace, "SelfAttention_hidden")
 
 
 # --- Issue 15: mistakes told apart, integer counts, callee blame in the visible check ------------------------
@@ -574,9 +446,8 @@ def test_a_count_that_is_not_an_int_loses_its_points(wrong, said):
 def test_a_count_that_is_not_an_int_fails_the_visible_check():
     for body in ("    return float(4 * d_model * d_model + (4 * d_model if bias else 0))",
                  "    return torch.tensor(4 * d_model * d_model + (4 * d_model if bias else 0))"):
-        visible, _ = run_cells(with_cells({"mha_parameter_count": f"def mha_parameter_count(d_model, bias=True):\n{body}\n"}),
-                               only_visible={"mha_parameter_count_visible"})
-        assert "return a Python int" in visible["mha_parameter_count_visible"], visible
+        seen = visible_says({"mha_parameter_count": f"def mha_parameter_count(d_model, bias=True):\n{body}\n"}, cell="mha_parameter_count_visible")
+        assert "return a Python int" in seen, seen
 
 
 def test_the_module_visible_check_names_a_wrong_callee_not_the_module():
@@ -584,21 +455,19 @@ def test_the_module_visible_check_names_a_wrong_callee_not_the_module():
     which callee to fix, instead of naming a mistake of the module; a wrong module under right callees is
     still named as the module's mistake."""
     for wrong, callee in (("merge_interleaved", "merge_heads"), ("split_round_robin", "split_heads"), ("merge_not_flattened", "merge_heads")):
-        visible, _ = run_cells(with_cells({}, [wrong]), only_visible={"MultiHeadAttention_visible"})
-        seen = visible["MultiHeadAttention_visible"]
+        seen = visible_says(wrong=[wrong], cell="MultiHeadAttention_visible")
         assert f"Your `{callee}` does not give the right result yet" in seen, seen
         assert "exactly what you get with this mistake" not in seen, seen
-    visible, _ = run_cells(with_cells({}, ["mha_inverted_mask"]), only_visible={"MultiHeadAttention_visible"})
-    assert "inverted mask" in visible["MultiHeadAttention_visible"]
-    assert "does not give the right result yet" not in visible["MultiHeadAttention_visible"]
+    seen = visible_says(wrong=["mha_inverted_mask"], cell="MultiHeadAttention_visible")
+    assert "inverted mask" in seen and "does not give the right result yet" not in seen, seen
 
 
 @pytest.mark.xfail(strict=True, reason="library: the runner does not report the parameters of a module the learner's "
                    "count builds, so the count cannot be graded on its own (see the ch04 report of issue 15)")
 def test_a_count_built_from_a_wrong_module_is_graded_on_its_own():
     count_from_module = trials.VALID_ANSWERS["count_from_own_module"].edits[0].new
-    visible, namespace = run_cells(with_cells({"mha_parameter_count": count_from_module}, ["mha_bias_always"]))
-    assert hidden(namespace, {"mha_parameter_count_hidden"})["mha_parameter_count_hidden"] == "passed"
+    namespace = harness.namespace_of(M, ["mha_bias_always"], sources={"mha_parameter_count": count_from_module})
+    assert hidden_says(namespace, "mha_parameter_count_hidden") is None
 
 
 @pytest.mark.parametrize("name,said", [
@@ -611,7 +480,6 @@ def test_a_count_built_from_a_wrong_module_is_graded_on_its_own():
 def test_the_visible_check_names_the_scale_dropout_and_mask_mistakes_rightly(name, said):
     """Each is named by its own diagnosis (two dropout mistakes return the same undropped weights: they are told
     apart by the output, checked first; dividing by d_k is never called sqrt(d_model))."""
-    visible, _ = run_cells(with_cells({}, [name]), only_visible={"MultiHeadAttention_visible"})
-    seen = visible["MultiHeadAttention_visible"]
+    seen = visible_says(wrong=[name], cell="MultiHeadAttention_visible")
     assert said in seen, seen
     assert "sqrt(d_model)" not in seen, seen

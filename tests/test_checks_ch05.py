@@ -1,66 +1,29 @@
-"""Chapter 05's checks: each must pass the reference AND fail, with the right diagnosis, on wrong code.
+"""Chapter 05's own checker tests: wrong code written here (devices, float masks, fills, rows with no allowed key,
+SDPA), and what the notebook tells a learner beyond the contract: the leakage proof, a caller's visible check that
+fails only by naming the callee at fault (notebooks run through tests/harness.py).
 
-Learner trials run the generated student notebook's cells as a learner would (imports, check helpers, the
-solution cells filled in from solutions/, the read-only cells), with one typical mistake or one valid
-alternative applied as an edit of the reference source: every wrong answer must lose the points of its own
-exercise with its diagnosis, and be caught by its visible check too; every valid alternative must pass both.
+What every chapter must keep (reference full marks, blank notebook, every catalogued wrong and valid answer,
+hidden inputs that change with the seed, the notebooks): tests/chapter_contract.py; each hidden check's
+catalogued mistakes named as themselves: tests/test_mistake_catalogues.py.
 """
 
-import functools
-import inspect
-
-import nbformat
+import harness
 import pytest
 import torch
 
 from autograder import registry
-from autograder.authoring import demo
 from autograder.checks import visible
 from autograder.checks import ch05_masks as checks
 from autograder.checks import run_check
-from autograder.checks import run_local
 from solutions import ch05_masks as ref
 
 CHAPTER = "05-masks"
+M = harness.material(CHAPTER)
 trials = registry.answers(CHAPTER)  # the chapter's test data: wrong answers, valid alternatives
 FUNCTIONS = ("causal_mask", "padding_mask", "combine_masks", "masked_attention", "dependency_matrix", "causal_mask_bottom_right")
-CATALOGUES = {
-    "causal_mask": checks.CAUSAL_MISTAKES,
-    "padding_mask": checks.PADDING_MISTAKES,
-    "combine_masks": checks.COMBINE_MISTAKES,
-    "masked_attention": checks.ATTENTION_MISTAKES,
-    "dependency_matrix": checks.DEPENDENCY_MISTAKES,
-    "causal_mask_bottom_right": checks.BOTTOM_RIGHT_MISTAKES,
-}
 
 
-def hidden(function):
-    return functools.partial(run_check, CHAPTER, f"{function}_hidden")
-
-
-# --- Hidden checks on the reference and on the catalogued mistakes ---------------------------------------
-
-
-@pytest.mark.usefixtures("grading_env")
-@pytest.mark.parametrize("function", FUNCTIONS)
-def test_hidden_checks_pass_the_reference(function):
-    hidden(function)(getattr(ref, function))
-
-
-@pytest.mark.usefixtures("grading_env")
-@pytest.mark.parametrize("seed", ["0", "1", "123"])
-def test_hidden_checks_pass_the_reference_for_other_seeds(monkeypatch, seed):
-    monkeypatch.setenv("COURSE_GRADING_SEED", seed)
-    for function in FUNCTIONS:
-        hidden(function)(getattr(ref, function))
-
-
-@pytest.mark.usefixtures("grading_env")
-@pytest.mark.parametrize("function,description", [(f, d) for f, catalogue in CATALOGUES.items() for d in catalogue])
-def test_hidden_check_names_each_catalogued_mistake(function, description):
-    with pytest.raises(AssertionError) as failure:
-        hidden(function)(CATALOGUES[function][description])
-    assert description in str(failure.value)
+# --- Hidden checks on wrong code written here ------------------------------------------------------------
 
 
 @pytest.mark.usefixtures("grading_env")
@@ -179,84 +142,15 @@ def test_sdpa_is_forbidden_in_masked_attention():
         run_check(CHAPTER, "masked_attention_hidden", via_sdpa)
 
 
-@pytest.mark.usefixtures("grading_env")
-def test_hidden_checks_use_the_grading_seed(monkeypatch):
-    seen = []
-
-    def spy(lengths, max_len):
-        seen.append(lengths.clone() if lengths.device.type != "meta" else None)
-        return ref.padding_mask(lengths, max_len)
-
-    run_check(CHAPTER, "padding_mask_hidden", spy)
-    first = seen[0]
-    seen.clear()
-    monkeypatch.setenv("COURSE_GRADING_SEED", "8")
-    run_check(CHAPTER, "padding_mask_hidden", spy)
-    assert not torch.equal(first, seen[0]) or first.shape != seen[0].shape, "a new grading seed must give new inputs"
-
-
 # --- Learner trials: the student notebook, filled in, with one edit ----------------------------------------
 
 
-@functools.lru_cache(maxsize=1)
-def notebook_cells():
-    nb = nbformat.read(registry.student_notebook(CHAPTER), as_version=4)
-    return [(c.metadata.get("nbgrader", {}), c.id, c.source) for c in nb.cells if c.cell_type == "code"]
-
-
-def learner_namespace(edits=()):
-    """Run the notebook's set-up, solution (reference + edits) and read-only cells, not the check cells."""
-    ns = {"__name__": "__main__"}
-    for meta, cell_id, source in notebook_cells():
-        gid = meta.get("grade_id", cell_id)
-        if meta.get("solution"):
-            source = inspect.getsource(getattr(ref, gid))
-            for edit in edits:
-                if edit.function == gid:
-                    source = demo.apply_edit(source, edit)
-        elif meta.get("grade") or gid.endswith("_visible") or not meta:
-            continue  # hidden tests, visible checks, the optional cell
-        exec(compile(source, gid, "exec"), ns)
-    return ns
-
-
-def visible_cell(function):
-    return next(source for meta, _, source in notebook_cells() if meta.get("grade_id") == f"{function}_visible")
-
-
-def run_visible(function, ns):
-    exec(compile(visible_cell(function), f"{function}_visible", "exec"), ns)
-
-
-def hidden_in(ns, function):
-    run_local(checks.CHECKS[f"{function}_hidden"], ns[function], namespace=ns)
-
-
-def test_visible_checks_pass_the_reference(capsys):
-    # (How long they take is measured by scripts/time_visible_checks.py, not asserted here.)
-    ns = learner_namespace()
-    for function in FUNCTIONS:
-        run_visible(function, ns)
+def test_visible_checks_print_that_they_passed_and_the_leakage_proof(capsys):
+    # (That they pass is the chapter contract's; how long they take is measured by scripts/time_visible_checks.py.)
+    assert not harness.run_notebook(harness.filled(M)).failures()
     out = capsys.readouterr().out
     assert all(f"{f}: visible checks passed" in out for f in FUNCTIONS), out
     assert "No future leakage" in out
-
-
-# WRONG_ANSWERS and VALID_ANSWERS (with all their edits, VALID on three seeds) are run by test_learner_trials.py.
-
-
-def run_filled_notebook(wrong=(), valid=()):
-    """The student notebook filled in with the reference plus these edits, run cell by cell: {grade id: exception or None}."""
-    nb = demo.filled_submission(CHAPTER, wrong, valid=valid)
-    ns, outcomes = {"__name__": "__main__"}, {}
-    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
-        key = cell.metadata.get("nbgrader", {}).get("grade_id", i)
-        try:
-            exec(compile(cell.source, f"<cell {i}>", "exec"), ns)
-            outcomes[key] = None
-        except Exception as exc:
-            outcomes[key] = exc
-    return outcomes
 
 
 @pytest.mark.parametrize("name", list(trials.WRONG_ANSWERS))
@@ -264,8 +158,7 @@ def test_no_other_visible_check_fails_for_a_mistake_or_blames_the_wrong_function
     # A caller's visible check may fail for its callee's mistake only by naming that callee (e.g. a bottom-right mask
     # built from a wrong causal_mask); the leakage proof in dependency_matrix's check never fails for it.
     wrong = trials.WRONG_ANSWERS[name]
-    outcomes = run_filled_notebook([name])
-    edited = {wrong.function} | {e.function for e in wrong.also}
+    outcomes = harness.learner_run(M, wrong=(name,)).outcomes  # the chapter contract's run of this wrong answer
     for gid, error in outcomes.items():
         if error is None or not str(gid).endswith("_visible") or gid == f"{wrong.function}_visible":
             continue
@@ -277,25 +170,18 @@ def test_no_other_visible_check_fails_for_a_mistake_or_blames_the_wrong_function
 
 
 def test_a_bottom_right_mask_built_from_a_wrong_causal_mask_is_told_so_visibly():
-    outcomes = run_filled_notebook(["causal_triu_with_bottom_right_from_it"])
-    message = str(outcomes["causal_mask_bottom_right_visible"])
+    message = harness.learner_run(M, wrong=("causal_triu_with_bottom_right_from_it",)).message("causal_mask_bottom_right_visible")
     assert "uses your causal_mask, which is not right yet" in message and "exercise 1 only" in message
-    assert run_filled_notebook(valid=["bottom_right_from_own_causal"])["causal_mask_bottom_right_visible"] is None
-
-
-@pytest.mark.parametrize("function", FUNCTIONS)
-def test_every_graded_category_has_a_wrong_answer_caught_by_the_visible_check(function):
-    check = checks.CHECKS[f"{function}_hidden"]
-    seen = {w.category for w in trials.WRONG_ANSWERS.values() if w.function == function and w.visible}
-    missing = [c for c in check.categories if c not in seen]
-    assert not missing, f"{function}: no visible wrong answer of category {missing}"
+    valid = harness.run_notebook(harness.filled(M, valid=["bottom_right_from_own_causal"]), visible={"causal_mask_bottom_right_visible"})
+    assert valid.message("causal_mask_bottom_right_visible") is None
 
 
 def test_a_mistake_in_masked_attention_is_shown_by_the_leakage_proof_only(capsys):
     # The proof in exercise 5's visible check runs YOUR attention; a leak is reported there, but
     # dependency_matrix's own checks (visible and hidden) still pass.
-    ns = learner_namespace(trials.WRONG_ANSWERS["attention_zero_fill"].edits)
-    run_visible("dependency_matrix", ns)
+    ns = harness.namespace_of(M, ["attention_zero_fill"])
+    capsys.readouterr()
+    assert harness.run_cell(M.student, "dependency_matrix_visible", ns) is None
     out = capsys.readouterr().out
     assert "dependency_matrix: visible checks passed" in out and "your attention leaks" in out
 
