@@ -106,6 +106,19 @@ def main(argv=None):
     return EXIT_USAGE
 
 
+SERVER_STOP_S = 30  # how long the formgrader's server may take to stop after Ctrl-C before it is killed
+
+
+def _stop(proc) -> int:
+    """Stop the server process: SIGTERM, then SIGKILL after SERVER_STOP_S (a second Ctrl-C kills it at once)."""
+    proc.terminate()
+    try:
+        return proc.wait(timeout=SERVER_STOP_S)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        proc.kill()
+        return proc.wait()
+
+
 def formgrader(workdir: Path, ip: str, port: int, db: str | None = None) -> int:
     """`jupyter server` in the working directory (formgrader at /formgrader), then the reports rebuilt with
     the manual grades given there. nbgrader 0.9.6 has no `nbgrader formgrader` command."""
@@ -124,16 +137,17 @@ def formgrader(workdir: Path, ip: str, port: int, db: str | None = None) -> int:
     if os.geteuid() == 0:
         command.append("--allow-root")
     print(f"formgrader: http://{ip}:{port}/formgrader (the token is in the URL jupyter prints below). "
-          "Stop it with Ctrl-C (twice, or answer y): the reports are then rebuilt with your manual grades.", flush=True)
+          "Stop it with Ctrl-C: the reports are then rebuilt with your manual grades.", flush=True)
     proc = subprocess.Popen(command, cwd=workdir)
     previous = signal.signal(signal.SIGTERM, lambda s, f: proc.terminate())
     try:
-        while True:
-            try:
-                code = proc.wait()
-                break
-            except KeyboardInterrupt:  # the server got the Ctrl-C too, and asks or stops: wait for it
-                continue
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C reaches the server too, but what it does with it depends on its stdin (on a terminal it asks
+            # "Shutdown? (y/n)" and resumes after 5 s; elsewhere it may be caught mid-request): stop it here, with
+            # SIGTERM (it shuts down at once, cleanly), and kill it if it has not stopped within SERVER_STOP_S.
+            code = _stop(proc)
     finally:
         signal.signal(signal.SIGTERM, previous)
     print(f"\nformgrader stopped (exit status {code}); rebuilding the reports from the gradebook...", flush=True)

@@ -2,7 +2,7 @@
 
 Float32 matrix products, softmaxes and sums round differently with the kernels a CPU selects, so a value
 computed in float32 and written into a notebook made the committed notebooks differ from a rebuild on another
-machine. The builder (autograder/build.py) refuses such values; these tests check the rules by construction:
+machine. The builder (autograder/authoring/build.py) refuses such values; these tests check the rules by construction:
 a rebuild where every float32 result of arithmetic rounds differently writes the same bytes.
 """
 

@@ -425,13 +425,36 @@ def test_formgrader_command_serves_the_gradebook_and_rebuilds_the_reports(tmp_pa
         assert api(f"/grade/{grade['id']}", {"manual_score": 2, "extra_credit": None})["manual_score"] == 2
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the server stops, then the reports are rebuilt
-        out, _ = proc.communicate(timeout=180)
+        try:
+            out, _ = proc.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate(timeout=30)
+            raise AssertionError(f"formgrader did not stop within 180 s of Ctrl-C; its output:\n{out[-3000:]}") from None
     assert proc.returncode == 0, out[-3000:]
     assert "rebuilding the reports" in out and " 2/13 " in table_lines(out)["bob"]
     assert float(notebook_rows(workdir)[("bob", CHAPTER)]["score"]) == 2.0
     assert "Score: <b>2 / 13</b>" in (workdir / "feedback" / "bob" / CHAPTER / "exercises.html").read_text()
     missing = cli("formgrader", "--workdir", tmp_path / "nothing-here")
     assert missing.returncode == 2 and "holds no gradebook" in missing.stderr
+
+
+@pytest.mark.parametrize("ignores_sigterm", [False, True])
+def test_formgrader_stops_its_server_on_ctrl_c_whatever_the_server_does(monkeypatch, ignores_sigterm):
+    """Ctrl-C stops the server from the command itself (SIGTERM, then SIGKILL after SERVER_STOP_S), instead of
+    relying on what jupyter does with a Ctrl-C, which depends on its stdin."""
+    from autograder import __main__ as command
+
+    monkeypatch.setattr(command, "SERVER_STOP_S", 2)
+    code = "import signal, time\n" + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignores_sigterm else "") + "print('ready', flush=True)\ntime.sleep(120)"
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        status = command._stop(server)
+    finally:
+        server.kill()
+        server.wait()
+    assert status == (-signal.SIGKILL if ignores_sigterm else -signal.SIGTERM)
 
 
 # --- Due dates, a late penalty, a roster ----------------------------------------------------------------
