@@ -138,6 +138,9 @@ def formgrader(workdir: Path, ip: str, port: int, db: str | None = None) -> int:
         command.append("--allow-root")
     print(f"formgrader: http://{ip}:{port}/formgrader (the token is in the URL jupyter prints below). "
           "Stop it with Ctrl-C: the reports are then rebuilt with your manual grades.", flush=True)
+    # Ctrl-C (SIGINT) is how the formgrader is stopped: make it work even if this process was started with SIGINT
+    # ignored (a non-interactive shell's `cmd &` does that, and the server would inherit it and never stop).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     proc = subprocess.Popen(command, cwd=workdir)
     previous = signal.signal(signal.SIGTERM, lambda s, f: proc.terminate())
     try:

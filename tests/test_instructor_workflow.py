@@ -398,9 +398,12 @@ def test_formgrader_command_serves_the_gradebook_and_rebuilds_the_reports(tmp_pa
     port, token = _free_port(), "test-token"
     # stdin from /dev/null: with a terminal on stdin, jupyter server answers Ctrl-C with a 5 s "Shutdown? (y/n)" prompt
     # and resumes, so the test would depend on how pytest was started (it timed out when run from a terminal).
+    # Started with SIGINT ignored, as a non-interactive shell's `cmd &` starts it (and as a suite run in the background
+    # starts every test's processes): Ctrl-C must stop it all the same (it hung here when it did not).
     proc = subprocess.Popen([sys.executable, "-m", "autograder", "formgrader", "--workdir", str(workdir), "--port", str(port)],
                             cwd=ROOT, env=course_env(JUPYTER_TOKEN=token), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     base = f"http://127.0.0.1:{port}/formgrader/api"
 
     def api(path, data=None):
