@@ -21,7 +21,7 @@ modification time; which one was used is recorded with the time.
 import difflib
 import json
 import unicodedata
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 

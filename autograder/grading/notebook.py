@@ -13,7 +13,6 @@ message in its result.
 import hashlib
 import importlib
 import json
-import os
 import shutil
 import tempfile
 import time

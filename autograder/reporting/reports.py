@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
