@@ -670,3 +670,69 @@ def test_a_named_salt_separates_checks_and_seeds_and_an_integer_salt_keeps_its_d
     assert torch.equal(draw(3, 11), torch.randn(4, generator=torch.Generator().manual_seed(3011)))
     assert case_salt("MultiHeadAttention_hidden", 2) == "MultiHeadAttention_hidden#2" and case_salt(40, 2) == 42
     assert not torch.equal(draw(3, case_salt("m_hidden", 0)), draw(3, case_salt("m_hidden", 1)))
+
+
+# --- Functions that take a model (Model arguments) ------------------------------------------------------
+
+
+def run_model_twice(model, x):
+    """A function of a model the grader builds (greedy decoding and generation are graded this way)."""
+    return model(model(x))
+
+
+def sgd_step(model, x, lr):
+    """One plain gradient step on mean(model(x)**2); returns the loss before the step."""
+    loss = model(x).pow(2).mean()
+    model.zero_grad()
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= lr * p.grad
+    return loss.detach()
+
+
+def _model_cases(seed, state_after=False):
+    g = checks.generator(seed, "model-cases")
+    state = checks.grader_weights(Affine(3, 3), g)
+    x = torch.randn(2, 3, generator=g, dtype=torch.float64)
+    model = checks.Model("Affine", {"d_in": 3, "d_out": 3}, state, state_after=state_after)
+    return [Case("Affine(3, 3) on x (2, 3)", (model, x) if not state_after else (model, x, 0.1))]
+
+
+TWICE_MODEL = function_check(run_model_twice, _model_cases, ("y",))
+STEP = function_check(sgd_step, lambda seed: _model_cases(seed, state_after=True), ("loss", "proj.weight after the step", "proj.bias after the step", "gain after the step"))
+
+
+def test_a_model_argument_is_built_from_the_notebook_class_with_the_graders_weights():
+    namespace = {"Affine": Affine}
+    run_local(TWICE_MODEL, run_model_twice, seed=SEED, device="cpu", namespace=namespace)
+    # Built from the notebook's own class: a class that ignores its gain is a wrong model, and the check says so.
+    _fails(TWICE_MODEL, run_model_twice, "wrong values", namespace={"Affine": AffineNoGain})
+    _fails(TWICE_MODEL, lambda model, x: model(x), "wrong values", namespace=namespace)
+    _fails(TWICE_MODEL, lambda model, x: model(x.cpu().float()).to(x.dtype), "dtype|device|wrong", namespace=namespace)
+    # In the sandbox the class comes from the notebook only: a notebook without it is told so.
+    specs, arrays = checks.encode_calls(TWICE_MODEL.plan(SEED, "cpu"))
+    record = checks.runner.run_call(run_model_twice, specs[0], arrays, namespace={})
+    assert not record["ok"] and "Affine is not defined" in record["error"], record
+    # Without a namespace (a test passing the function alone), the reference's class is used.
+    run_local(TWICE_MODEL, run_model_twice, seed=SEED, device="cpu")
+
+
+def test_a_model_updated_by_the_function_is_compared_after_the_call():
+    namespace = {"Affine": Affine}
+    run_local(STEP, sgd_step, seed=SEED, device="cpu", namespace=namespace)
+
+    def no_update(model, x, lr):  # the right loss, no step: only the weights after the call show it
+        return model(x).pow(2).mean().detach()
+
+    def wrong_sign(model, x, lr):
+        loss = model(x).pow(2).mean()
+        model.zero_grad()
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p += lr * p.grad
+        return loss.detach()
+
+    _fails(STEP, no_update, r"proj\.weight after the step .*wrong values", namespace=namespace)
+    _fails(STEP, wrong_sign, r"proj\.weight after the step .*wrong values", namespace=namespace)

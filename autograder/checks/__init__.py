@@ -9,7 +9,7 @@ A check (kinds.Check) grades one graded notebook cell, in two halves:
   raises AssertionError with a diagnosis (a named mistake where the catalogue knows it) on the first disagreement.
 
 The parts, each importing only those above it (cases <- wire <- judge <- kinds):
-    cases.py    what a check calls: Case, ModuleCase, Call, Seeded, Dev, Fn, TOLERANCES and DTYPES, the grading
+    cases.py    what a check calls: Case, ModuleCase, Call, Seeded, Dev, Fn, Model, TOLERANCES and DTYPES, the grading
                 seed and device, generator(seed, salt), grader_weights, hidden-input helpers (large_score_inputs)
     wire.py     the format between sandbox and judge: encode_calls, decode_value, Returned, ReportedDevice,
                 Unreadable, describe
@@ -37,7 +37,7 @@ import from `autograder.checks`); private helpers stay in their part.
 
 from autograder.checks import runner, visible
 from autograder.checks.cases import (
-    ALLOWED_DTYPES, DTYPES, TOLERANCES, Call, Case, Dev, Fn, ModuleCase, Seeded, case_salt, generator, grader_weights, grading_device,
+    ALLOWED_DTYPES, DTYPES, TOLERANCES, Call, Case, Dev, Fn, Model, ModuleCase, Seeded, case_salt, generator, grader_weights, grading_device,
     grading_seed, large_score_inputs,
 )
 from autograder.checks.wire import ReportedDevice, Returned, Unreadable, decode_value, describe, encode_calls, to_tensors
@@ -54,7 +54,7 @@ from autograder.checks.kinds import (
 __all__ = [
     "runner", "visible",
     # cases
-    "ALLOWED_DTYPES", "DTYPES", "TOLERANCES", "Call", "Case", "Dev", "Fn", "ModuleCase", "Seeded", "case_salt", "generator", "grader_weights",
+    "ALLOWED_DTYPES", "DTYPES", "TOLERANCES", "Call", "Case", "Dev", "Fn", "Model", "ModuleCase", "Seeded", "case_salt", "generator", "grader_weights",
     "grading_device", "grading_seed", "large_score_inputs",
     # wire
     "ReportedDevice", "Returned", "Unreadable", "decode_value", "describe", "encode_calls", "to_tensors",

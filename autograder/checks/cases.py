@@ -93,6 +93,38 @@ class Fn:
 
 
 @dataclass
+class Model:
+    """An argument that is an nn.Module built where the call runs: the notebook's class `name` (a course-given
+    class in a read-only cell, or the learner's own), as `cls(**init)`, with the parameters in `state` (CPU float
+    tensors; names must match) loaded, cast to the call's dtype, moved to the call's device (meta on the meta
+    pass), in train() or eval(). The judge builds `reference` (default: the class of that name in the reference's
+    module) the same way, fresh for every call. For functions that take a model: greedy decoding, generation.
+    state_after=True: the call's result is compared as (result, *the model's parameters after the call, in
+    `state` order), for a function that updates the model (a training step)."""
+
+    name: str
+    init: dict
+    state: dict
+    train: bool = False
+    reference: Callable | None = None
+    state_after: bool = False
+
+    def to(self, dtype):
+        """A copy with the floating parameters in `dtype`."""
+        state = {k: v.to(dtype) if v.is_floating_point() else v.clone() for k, v in self.state.items()}
+        return Model(self.name, dict(self.init), state, self.train, self.reference, self.state_after)
+
+    def build(self, cls, device):
+        """cls(**init) with these weights, on `device` (the judge's side; the runner has its own copy)."""
+        module = cls(**self.init)
+        dtype = next((v.dtype for v in self.state.values() if v.is_floating_point()), torch.float32)
+        module.to(dtype)
+        module.load_state_dict(dict(self.state), strict=False)
+        module.train(self.train)
+        return module.to(device)
+
+
+@dataclass
 class Case:
     """One set of inputs for a graded function: positional args (tensors or plain values) and a label.
 
@@ -118,6 +150,8 @@ class Case:
         def move(a):
             if isinstance(a, torch.Tensor):
                 return a.to(dtype=dtype if a.is_floating_point() else a.dtype).clone()
+            if isinstance(a, Model):
+                return a.to(dtype)
             return a
 
         return Case(self.label, tuple(move(a) for a in self.args), {k: move(v) for k, v in self.kwargs.items()}, self.grad_wrt,
@@ -144,6 +178,23 @@ class Call:
     raises: type | None = None  # the exception the call must raise (see Case)
     why: str = ""
 
+    def updates_model(self) -> bool:
+        """Does a Model argument of this call ask for its parameters after the call (a training step)? Such a
+        function needs autograd, which the judge otherwise switches off around the reference."""
+        return any(isinstance(a, Model) and a.state_after for a in (*self.args, *self.kwargs.values()))
+
+    def with_state_after(self, out, args, kwargs):
+        """`out`, or (out, *parameters after the call) when a Model argument of this call is marked state_after;
+        `args`/`kwargs` are the built inputs the function was called with (what inputs() returned)."""
+        extra = []
+        for spec, built in list(zip(self.args, args)) + [(v, kwargs[k]) for k, v in self.kwargs.items()]:
+            if isinstance(spec, Model) and spec.state_after:
+                params = dict(built.named_parameters())
+                extra += [params[name].detach() if name in params else None for name in spec.state]
+        if not extra:
+            return out
+        return (*(out if isinstance(out, tuple) else (out,)), *extra)
+
     def inputs(self, functions=None):
         """Fresh copies of the inputs as the learner's function saw them (meta tensors for device 'meta').
         functions: name -> callable, for Fn arguments (the judge passes the reference's)."""
@@ -155,6 +206,11 @@ class Call:
                 return torch.device(self.device)
             if isinstance(a, Fn):
                 return a.reference or (functions or {}).get(a.name)
+            if isinstance(a, Model):
+                cls = a.reference or (functions or {}).get(a.name)
+                if cls is None:
+                    raise LookupError(f"no reference class {a.name!r} for a Model argument")
+                return a.build(cls, self.device)
             if isinstance(a, torch.Tensor):
                 t = torch.empty(a.shape, dtype=a.dtype, device="meta") if self.device == "meta" else a.clone()
                 return t

@@ -6,6 +6,7 @@ for numbers a learner typed; reference_plan is the plan they share. run_local pl
 process; run_check(chapter, grade id, namespace) is what every notebook's hidden-tests cell runs.
 """
 
+import contextlib
 import importlib
 import sys
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ import torch
 
 from autograder import registry
 from autograder.checks import runner
-from autograder.checks.cases import DTYPES, Call, Case, case_salt, generator, grader_weights, grading_device, grading_seed
+from autograder.checks.cases import DTYPES, Call, Case, Model, case_salt, generator, grader_weights, grading_device, grading_seed
 from autograder.checks.judge import judge_calls, judge_with_replays
 from autograder.checks.wire import Returned, Unreadable, decode_value, encode_calls
 
@@ -110,13 +111,15 @@ def function_check(reference, cases_fn, names, mistakes=None, error_hints=None, 
 
     def reference_call(call, inputs=None):
         args, kwargs = inputs or call.inputs(functions)
-        return reference(*args, **kwargs)
+        with torch.enable_grad() if call.updates_model() else contextlib.nullcontext():
+            return call.with_state_after(reference(*args, **kwargs), args, kwargs)
 
     reference_call.__module__ = reference.__module__
 
     def run_mistake(wrong, call):
         args, kwargs = call.inputs(functions)
-        return wrong(*args, **kwargs)
+        with torch.enable_grad() if call.updates_model() else contextlib.nullcontext():
+            return call.with_state_after(wrong(*args, **kwargs), args, kwargs)
 
     def judge(calls, records, function=function or reference.__name__):
         if keyed:
@@ -326,8 +329,11 @@ def run_local(check: Check, fn, seed=None, device=None, namespace=None):
     specs, arrays = encode_calls(calls)
     if namespace is None:
         namespace = getattr(fn, "__globals__", None) or getattr(sys.modules.get(getattr(fn, "__module__", "")), "__dict__", {})
-    if check.given:
-        namespace = {**check.given, **namespace}
+    # Classes that Model arguments name and the namespace lacks (a test passing the function alone): the reference's.
+    models = {a.name: a.reference or vars(sys.modules[check.reference_call.__module__]).get(a.name)
+              for c in calls for a in (*c.args, *c.kwargs.values()) if isinstance(a, Model)}
+    if check.given or models:
+        namespace = {**models, **check.given, **namespace}
     records = [runner.run_call(fn, spec, arrays, tuple(check.forbidden), namespace, check.callees) for spec in specs]
 
     def rerun(indices, tables):

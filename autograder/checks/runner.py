@@ -75,7 +75,27 @@ def decode_arg(spec, arrays, device, namespace=None):
         if not callable(fn):
             raise NameError(f"{spec['function']} is not defined (did its cell run without errors?)")
         return fn
+    if "model" in spec:
+        name = spec["model"]["class"]
+        cls = (namespace or {}).get(name)
+        if not callable(cls):
+            raise NameError(f"{name} is not defined (did its cell run without errors?)")
+        module, _ = _build_module(cls, spec["model"], arrays, device)
+        return module
     return spec["value"]
+
+
+def _state_after(out, call, args, kwargs):
+    """(out, *parameters after the call) for the Model arguments marked state_after (see cases.Model)."""
+    specs = list(zip(call["args"], args)) + [(call["kwargs"][k], kwargs[k]) for k in call["kwargs"]]
+    extra = []
+    for spec, built in specs:
+        if isinstance(spec, dict) and spec.get("model", {}).get("state_after"):
+            params = dict(built.named_parameters())
+            extra += [params[name].detach() if name in params else None for name in spec["model"]["state"]]
+    if not extra:
+        return out
+    return (*(out if isinstance(out, tuple) else (out,)), *extra)
 
 
 def _transformed(value):
@@ -518,6 +538,7 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
         with observe_fn, observe_aten:
             out = target(*args, **kwargs)
             grads = gradients(args, grad_wrt, out, int(call.get("grad_seed", 0))) if grad_wrt else None
+        out = _state_after(out, call, args, kwargs)
         record["outputs"] = encode_value(out)
         if grads is not None:
             record["grads"] = [encode_value(g) for g in grads]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from autograder.checks.cases import ALLOWED_DTYPES, Dev, Fn, Seeded
+from autograder.checks.cases import ALLOWED_DTYPES, Dev, Fn, Model, Seeded
 
 
 # --- Calls into the sandbox ----------------------------------------------------------------------------
@@ -31,6 +31,11 @@ def encode_calls(calls):
             return {"device": True}
         if isinstance(a, Fn):
             return {"function": a.name}
+        if isinstance(a, Model):
+            dtype = next((v.dtype for v in a.state.values() if v.is_floating_point()), torch.float32)
+            return {"model": {"class": a.name, "init": {k: spec(v, "cpu") for k, v in a.init.items()},
+                              "state": {k: spec(v, "cpu") for k, v in a.state.items()}, "train": bool(a.train),
+                              "dtype": str(dtype).replace("torch.", ""), "state_after": bool(a.state_after)}}
         if isinstance(a, torch.Tensor):
             if device == "meta":
                 return {"meta": {"shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", "")}}
