@@ -2,11 +2,13 @@
 
 The corpus: for every chapter with exercises, the reference solution, the blank student notebook, each
 catalogued wrong answer and each valid alternative, one student each (as tests/test_pipeline.py builds it).
-Graded by the real CLI with a fixed seed on the CPU; the outcome (score and first line of the message of every
+Graded by the real CLI with a fixed seed on the CPU (or --device cuda); the outcome (score and first line of the message of every
 graded cell, and each notebook's status) goes to a JSON file. With --compare OLD.json, the differences are
 printed and the exit status is 1 when there are any.
 
-    python scripts/grading_corpus.py out.json [--compare before.json] [--seed 7]
+    python scripts/grading_corpus.py out.json [--compare before.json] [--seed 7] [--device cuda] [--workers N]
+    python scripts/grading_corpus.py --write-only DIR      # write the corpus's submissions and stop
+    python scripts/grading_corpus.py out.json --corpus DIR  # grade a corpus written earlier (e.g. on a GPU machine)
 """
 
 import argparse
@@ -51,16 +53,29 @@ def outcome(workdir: Path) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
+    parser.add_argument("out", type=Path, nargs="?")
     parser.add_argument("--compare", type=Path)
     parser.add_argument("--seed", default="7")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--write-only", type=Path, metavar="DIR", help="write the corpus's submissions into DIR and stop")
+    parser.add_argument("--corpus", type=Path, metavar="DIR", help="grade the submissions written earlier into DIR")
     args = parser.parse_args(argv)
+    if args.write_only:
+        print(f"{write_corpus(args.write_only)} notebooks written to {args.write_only}")
+        return 0
+    if args.out is None:
+        parser.error("the output file is required unless --write-only is given")
     with tempfile.TemporaryDirectory() as tmp:
-        submissions, workdir = Path(tmp) / "submissions", Path(tmp) / "work"
-        n = write_corpus(submissions)
-        print(f"grading {n} notebooks...", flush=True)
-        result = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--workdir", str(workdir),
-                                 "--device", "cpu", "--seed", args.seed], capture_output=True, text=True)
+        submissions, workdir = args.corpus or Path(tmp) / "submissions", Path(tmp) / "work"
+        if not args.corpus:
+            n = write_corpus(submissions)
+            print(f"grading {n} notebooks...", flush=True)
+        command = [sys.executable, "-m", "autograder", "grade", str(submissions), "--workdir", str(workdir),
+                   "--device", args.device, "--seed", args.seed]
+        if args.workers:
+            command += ["--workers", str(args.workers)]
+        result = subprocess.run(command, capture_output=True, text=True)
         print(result.stdout[-2000:], result.stderr[-2000:])
         got = outcome(workdir)
     args.out.write_text(json.dumps(got, indent=1, sort_keys=True, ensure_ascii=False), encoding="utf-8")

@@ -729,6 +729,20 @@ def arm_guard(names, block_exec=True, idle_identity=()):
 # --- The sandboxed run --------------------------------------------------------------------------------
 
 
+def start_cuda(device):
+    """Initialise CUDA on `device` and load what its first operations load (the context, the caching allocator,
+    cuBLAS, the random generator), before the guard is armed: torch starts CUDA lazily, partly through ctypes,
+    which the armed guard refuses, so a first CUDA call made after arming would fail in every notebook."""
+    import torch
+
+    torch.cuda.init()
+    x = torch.randn(8, 8, device=device, dtype=torch.float64)
+    y = torch.randn(8, 8, device=device, generator=torch.Generator(device=device).manual_seed(0))
+    (x @ x).exp().sum().item()
+    (y @ y.T).relu().mean().item()
+    torch.cuda.synchronize(device)
+
+
 def _strip_magics(source):
     """IPython magics and shell escapes are not Python; they are dropped when grading (plots are not graded)."""
     return "\n".join("pass  # (magic removed for grading)" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
@@ -753,6 +767,13 @@ def main(job_dir):
     import torch
 
     torch.set_num_threads(1)
+    # CUDA starts lazily, partly through ctypes, which the guard refuses: start it before the guard is armed.
+    for device in sorted({c.get("device", "cpu") for probe in job["probes"].values() for c in probe.get("calls", ())}):
+        if device.startswith("cuda"):
+            try:
+                start_cuda(device)
+            except Exception as exc:  # every call on it will fail and say why; the notebook's other calls still run
+                send({"event": "cuda", "device": device, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
     # What the guard switches off comes with the job (the grader expands each check's forbidden names).
     switch_off = sorted({name for probe in job["probes"].values() for name in probe.get("switch_off", ())})
     idle = sorted({name for probe in job["probes"].values() for name in probe.get("idle_identity", ())})

@@ -237,6 +237,7 @@ def grade(submissions: Path, workdir: Path, options: GradeOptions | None = None,
     found = _discover(submissions, workdir, options, out)
     mode = _sandbox_mode(found.selected, options, out)
     settings, workers = _settings(workdir, options, found, mode)
+    _check_gpu(found, settings)
     _announce_run(submissions, found, settings, workers, options, out)
     api = nbgrader_api(workdir, options.cell_timeout, found.settings_file, found.db_url)
     releases = _release(workdir, found.selected, api)
@@ -288,6 +289,17 @@ def _sandbox_mode(selected, options: GradeOptions, out) -> str:
     return mode
 
 
+def _check_gpu(found: _Found, settings: Settings):
+    """On cuda, CUDA must work inside the sandbox before anything is graded: otherwise every call of every notebook
+    would fail and every learner would get 0. (With --scheduler each GPU worker host runs its own jobs.)"""
+    if not found.selected or not settings.device.startswith("cuda") or settings.sandbox_mode == "worker hosts":
+        return
+    why = sandbox.gpu_check(settings.sandbox_mode, settings.limits)
+    if why:
+        raise UsageError(f"--device {settings.device}: CUDA does not work in the grading sandbox on this machine ({why}). "
+                         "Nothing was graded. Grade with --device cpu, or see guides/instructors.md, \"Grading on a GPU\".")
+
+
 def _settings(workdir: Path, options: GradeOptions, found: _Found, mode: str):
     """(Settings for every worker, number of embedded workers or None with --scheduler); the run's seed and device
     are saved in run-state.json so that the same command resumes with them."""
@@ -307,6 +319,7 @@ def _settings(workdir: Path, options: GradeOptions, found: _Found, mode: str):
     if options.memory_mb:
         limits.memory_bytes = options.memory_mb * 2**20
     if device.startswith("cuda"):
+        limits.gpu = True
         limits.memory_bytes = 0  # CUDA reserves a huge address space; rely on the GPU's own memory limit
         limits.group_memory_bytes = 16 * 2**30  # the CUDA context's host memory, beside the notebook's own
     if options.notebook_memory_mb:

@@ -51,6 +51,7 @@ class Limits:
     processes: int = 256
     file_bytes: int = 64 * 2**20
     tmp_bytes: int = 64 * 2**20
+    gpu: bool = False  # grading on CUDA: the GPU's device nodes and the driver's environment reach the sandbox
 
 
 @dataclass
@@ -236,12 +237,66 @@ def _python_paths() -> list[Path]:
     return sorted(p for p in paths if not str(p).startswith("/usr"))
 
 
+# What CUDA needs inside the sandbox: the NVIDIA device nodes (a fresh /dev has none: without them torch sees no
+# GPU, and every call on cuda fails) and the driver's variables (where its libraries are, which GPUs are visible).
+GPU_ENVIRONMENT = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+                   "CUDA_DEVICE_ORDER")
+
+
+def gpu_device_nodes() -> list[str]:
+    """The NVIDIA device nodes of this host (/dev/nvidiactl, /dev/nvidia0, /dev/nvidia-uvm, ...; /dev/nvidia-caps)."""
+    return sorted(str(p) for p in Path("/dev").glob("nvidia*"))
+
+
+def gpu_check(sandbox_mode: str, limits: Limits, device: str = "cuda") -> str | None:
+    """Does CUDA work in this sandbox, under the runner's guard? None if tensor operations ran on `device` there
+    after the guard was armed (as in a real job), else what went wrong. Run once before a cuda grading run: a
+    sandbox that cannot use the GPU would fail every learner's every call. (device="cpu" runs the same steps
+    without CUDA: the tests show the check itself passes where it should.)"""
+    import tempfile
+
+    from autograder.checks import builtins, runner
+
+    switch_off = sorted(builtins.switched_off(builtins.forbidden("softmax")))
+    with tempfile.TemporaryDirectory(prefix="course-gpu-check-") as tmp:
+        job_dir = Path(tmp)
+        job_dir.chmod(0o755)
+        shutil.copy(runner.__file__, job_dir / "course_runner.py")
+        (job_dir / "runner.py").write_text(
+            "import sys\n"
+            "sys.path.insert(0, '/job' if len(sys.argv) < 2 else sys.argv[1])\n"
+            "import torch\n"
+            "import course_runner\n"
+            f"device = {device!r}\n"
+            "if device.startswith('cuda'):\n"
+            "    assert torch.cuda.is_available(), f'torch sees no CUDA device (torch {torch.__version__})'\n"
+            "    course_runner.start_cuda(device)\n"
+            f"course_runner.arm_guard({switch_off!r})\n"
+            "x = torch.randn(4, 4, device=device, dtype=torch.float64)\n"
+            "y = (x @ x.T).exp() / (x @ x.T).exp().sum(-1, keepdim=True)\n"
+            "print('gpu ok', float(y.sum().round()))\n"
+        )
+        for name in ("runner.py", "course_runner.py"):
+            (job_dir / name).chmod(0o644)
+        argv, env = command(job_dir, sandbox_mode, limits)
+        try:
+            done = subprocess.run(argv, env=env or None, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return "CUDA did not start in the sandbox within 120 s"
+    if done.returncode == 0 and "gpu ok 4.0" in done.stdout:
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit status {done.returncode}"
+
+
 def command(job_dir: Path, sandbox_mode: str, limits: Limits) -> list[str]:
     python = str(Path(sys.prefix) / "bin" / "python")
     env = {"HOME": "/tmp", "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp", "OMP_NUM_THREADS": "1", "LANG": "C.UTF-8"}
     # The learner's code uses the same CPU kernels as the reference it is compared with (outside the sandbox).
     if os.environ.get("ATEN_CPU_CAPABILITY"):
         env["ATEN_CPU_CAPABILITY"] = os.environ["ATEN_CPU_CAPABILITY"]
+    if limits.gpu:
+        env.update({k: os.environ[k] for k in GPU_ENVIRONMENT if k in os.environ})
     if sandbox_mode == "none":
         return [python, "-I", str(job_dir / "runner.py"), str(job_dir)], env
     args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
@@ -253,6 +308,8 @@ def command(job_dir: Path, sandbox_mode: str, limits: Limits) -> list[str]:
     # /tmp first: the binds below may lie under /tmp (a course cloned there), and a tmpfs mounted after them
     # would hide them.
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    for node in gpu_device_nodes() if limits.gpu else ():
+        args += ["--dev-bind", node, node]
     args += ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib64", "sbin"):
         target = Path("/" + name)
