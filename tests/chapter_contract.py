@@ -65,11 +65,16 @@ def reference_earns_full_marks(m: Material, seeds=harness.SEEDS):
 
 
 def _stub(source: str, name: str | None) -> str | None:
-    """What the untouched notebook must be told about a solution cell: 'not defined' for a typed answer (or a name
-    the cell does not define), 'not implemented' for a function or class whose every function raises
+    """What the untouched notebook must be told about a solution cell: 'not defined' for a typed answer (or a cell
+    that defines nothing), 'not implemented' for a function or class whose every function raises
     NotImplementedError, None for a cell that hands out code to fix (find-the-bug: it earns 0, told anything)."""
     tree = ast.parse(source)
-    definition = next((node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name), None)
+    definitions = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+    definition = next((node for node in definitions if node.name == name), None)
+    if name is not None and definition is None and definitions:
+        # The graded function is a course-given driver of what the cell defines (e.g. a class driven through a
+        # read-only function): the cell's own definition is what the learner has left to write.
+        definition = definitions[0]
     if name is None or definition is None:
         return "not defined"
     functions = [definition] if isinstance(definition, ast.FunctionDef) else [

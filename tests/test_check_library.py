@@ -736,3 +736,28 @@ def test_a_model_updated_by_the_function_is_compared_after_the_call():
 
     _fails(STEP, no_update, r"proj\.weight after the step .*wrong values", namespace=namespace)
     _fails(STEP, wrong_sign, r"proj\.weight after the step .*wrong values", namespace=namespace)
+
+
+# --- dtype arguments, and the tolerance of a call run as given ------------------------------------------
+
+
+def angle_table(n, d, dtype=torch.float32):
+    """A table of n x d angles pos / 10000^(i/d), made in `dtype` (a function of sizes and a dtype, like a
+    positional-encoding table)."""
+    pos = torch.arange(n, dtype=dtype)[:, None]
+    return pos / torch.pow(torch.tensor(10000.0, dtype=dtype), torch.arange(d, dtype=dtype) / d)
+
+
+TABLE = function_check(angle_table, lambda seed: [Case(f"n = 7, d = 6, {t}", (7, 6), {"dtype": t}) for t in (torch.float32, torch.float64)],
+                       ("angles",), dtypes=None, meta=False)
+
+
+def test_a_dtype_argument_reaches_the_function_and_a_float64_table_made_in_float32_is_caught():
+    run_local(TABLE, angle_table, seed=SEED, device="cpu")
+    _fails(TABLE, lambda n, d, dtype=torch.float32: angle_table(n, d, torch.float32), "dtype")
+
+    def in_float32_then_cast(n, d, dtype=torch.float32):  # the right dtype, float32 precision: float64's tolerance sees it
+        return angle_table(n, d, torch.float32).to(dtype)
+
+    _fails(TABLE, in_float32_then_cast, "wrong values")
+

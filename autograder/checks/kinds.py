@@ -332,8 +332,11 @@ def run_local(check: Check, fn, seed=None, device=None, namespace=None):
     # Classes that Model arguments name and the namespace lacks (a test passing the function alone): the reference's.
     models = {a.name: a.reference or vars(sys.modules[check.reference_call.__module__]).get(a.name)
               for c in calls for a in (*c.args, *c.kwargs.values()) if isinstance(a, Model)}
-    if check.given or models:
-        namespace = {**models, **check.given, **namespace}
+    # Only the names the namespace lacks are added, in place when it is the notebook's own dict: a course-given class
+    # in it reads the notebook's globals, where the callee recorders are installed (a copy would leave them unseen).
+    extra = {k: v for k, v in {**models, **check.given}.items() if v is not None and k not in namespace}
+    if extra:
+        namespace = {**extra, **namespace}
     records = [runner.run_call(fn, spec, arrays, tuple(check.forbidden), namespace, check.callees) for spec in specs]
 
     def rerun(indices, tables):

@@ -70,6 +70,8 @@ def decode_arg(spec, arrays, device, namespace=None):
         return torch.Generator().manual_seed(int(spec["generator"]))
     if "device" in spec:
         return torch.device(device)
+    if "dtype" in spec:
+        return getattr(torch, spec["dtype"])
     if "function" in spec:
         fn = (namespace or {}).get(spec["function"])
         if not callable(fn):
@@ -144,6 +146,8 @@ def encode_value(value, depth=0):
         return {"dict": {str(k)[:100]: encode_value(v, depth + 1) for k, v in list(value.items())[:32]}}
     if isinstance(value, torch.device):  # e.g. a callee's device= argument
         return {"device": str(value)[:40]}
+    if isinstance(value, torch.dtype):  # e.g. a callee's dtype= argument
+        return {"dtype": str(value).replace("torch.", "")}
     if value is None or isinstance(value, (bool, int, float, str)):
         if isinstance(value, str):
             value = value[:200]

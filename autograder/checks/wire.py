@@ -31,6 +31,8 @@ def encode_calls(calls):
             return {"device": True}
         if isinstance(a, Fn):
             return {"function": a.name}
+        if isinstance(a, torch.dtype):
+            return {"dtype": str(a).replace("torch.", "")}
         if isinstance(a, Model):
             dtype = next((v.dtype for v in a.state.values() if v.is_floating_point()), torch.float32)
             return {"model": {"class": a.name, "init": {k: spec(v, "cpu") for k, v in a.init.items()},
@@ -141,6 +143,10 @@ def decode_value(enc, depth=0):
         return float(enc["float"])
     if "device" in enc and isinstance(enc["device"], str):
         return ReportedDevice(enc["device"][:40])
+    if "dtype" in enc and isinstance(enc["dtype"], str):  # a callee's dtype= argument
+        if enc["dtype"] not in ALLOWED_DTYPES:
+            raise Unreadable(f"unexpected dtype {enc['dtype']!r}")
+        return getattr(torch, enc["dtype"])
     if "value" in enc:
         return enc["value"]
     if "other" in enc:
