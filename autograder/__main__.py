@@ -78,7 +78,8 @@ def main(argv=None):
                 print(f"wrote {path.relative_to(registry.ROOT)}")
         return 0
 
-    from autograder.grading.grade import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+    from autograder.grading.grade import EXIT_BUSY, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+    from autograder.grading.lock import WorkdirBusy
 
     try:
         if args.command == "grade":
@@ -101,6 +102,9 @@ def main(argv=None):
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except WorkdirBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BUSY
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return EXIT_USAGE

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from autograder.grading import cluster, intake, sandbox
+from autograder.grading import cluster, intake, lock, sandbox
 from autograder import registry
 from autograder.reporting import reports
 from autograder.reporting import gradebook as gradebook_db
@@ -54,7 +54,7 @@ NO_SANDBOX_WARNING = """
 !! but do this only with submissions you trust. Install bubblewrap (apt install bubblewrap) instead.  !!
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
 """
-EXIT_OK, EXIT_NOT_ALL_GRADED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_NOT_ALL_GRADED, EXIT_USAGE, EXIT_BUSY, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 # Workers are started fresh (the embedded Dask cluster spawns them, autograder.grading.cluster), never forked from this
 # process: a child forked after the parent used OpenMP (torch's CPU kernels, e.g. while building the
 # assignments) can hang on its first torch op.
@@ -234,6 +234,13 @@ def grade(submissions: Path, workdir: Path, options: GradeOptions | None = None,
     options = options or GradeOptions()
     _quiet_nbgrader()
     submissions, workdir = Path(submissions).resolve(), Path(workdir).resolve()
+    if not submissions.is_dir():
+        raise UsageError(f"{submissions} is not a folder of submissions (<student>/<chapter-id>/{registry.NOTEBOOK}.ipynb)")
+    with lock.hold(workdir, "grade"):
+        return _grade(submissions, workdir, options, out)
+
+
+def _grade(submissions: Path, workdir: Path, options: GradeOptions, out) -> Outcome:
     found = _discover(submissions, workdir, options, out)
     mode = _sandbox_mode(found.selected, options, out)
     settings, workers = _settings(workdir, options, found, mode)
@@ -248,8 +255,6 @@ def grade(submissions: Path, workdir: Path, options: GradeOptions | None = None,
 
 def _discover(submissions: Path, workdir: Path, options: GradeOptions, out) -> _Found:
     """The folder's submissions and skipped entries, the selection, the configuration and the gradebook."""
-    if not submissions.is_dir():
-        raise UsageError(f"{submissions} is not a folder of submissions (<student>/<chapter-id>/{registry.NOTEBOOK}.ipynb)")
     state = _read_state(workdir)
     settings_file = course_settings(workdir, options.course_config, state)
     db_url, has_gradebook = gradebook_url(workdir, options.db)
@@ -511,6 +516,11 @@ def report(workdir: Path, course_config=None, out=sys.stdout, db=None) -> int:
     in formgrader, a roster import or a change of due dates). Exit status as for grading."""
     _quiet_nbgrader()
     workdir = Path(workdir).resolve()
+    with lock.hold(workdir, "report"):
+        return _report(workdir, course_config, out, db)
+
+
+def _report(workdir: Path, course_config, out, db) -> int:
     state = _read_state(workdir)
     db_url, has_gradebook = gradebook_url(workdir, db)
     if not has_gradebook:
