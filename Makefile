@@ -80,7 +80,7 @@ test-tools: sandbox-tools
 	  fi; }
 
 test: font test-tools
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=40
 
 # Regenerate the student notebooks and the demo submissions from the instructor sources.
 notebooks: $(VENV)/.installed
