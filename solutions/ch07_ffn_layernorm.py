@@ -17,9 +17,6 @@ from torch import Tensor, nn
 
 from solutions.ch04_multi_head import MultiHeadAttention, copy_to_torch_mha
 
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}  # F.gelu is the exact (erf) GELU, as in PyTorch's layers
-
-
 def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
     """LayerNorm over the last dimension, as nn.LayerNorm(d) / F.layer_norm(x, (d,), ...).
 
@@ -38,6 +35,25 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
     return y
 
 
+class LayerNorm(nn.Module):
+    """nn.LayerNorm(d_model) written on layer_norm: a gain `weight` (ones) and a shift `bias` (zeros), both (d_model,).
+
+    The parameter names are nn.LayerNorm's, so an EncoderLayer's state dict maps onto
+    nn.TransformerEncoderLayer's (norm1.weight, norm1.bias, ...).
+
+    forward(x (..., d_model)) -> (..., d_model)
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))  # (d_model,) gain
+        self.bias = nn.Parameter(torch.zeros(d_model))  # (d_model,) shift
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return layer_norm(x, self.weight, self.bias, self.eps)
+
+
 class FeedForward(nn.Module):
     """The position-wise feed-forward network: FFN(x) = linear2(dropout(act(linear1(x)))).
 
@@ -50,15 +66,16 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        if activation not in ("relu", "gelu"):
+            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
         self.linear1 = nn.Linear(d_model, d_ff)  # expand: d_model -> d_ff (usually 4 * d_model)
         self.linear2 = nn.Linear(d_ff, d_model)  # project back: d_ff -> d_model
         self.dropout = nn.Dropout(dropout)  # on the hidden activations, as in PyTorch's layer
         self.activation = activation
 
     def forward(self, x: Tensor) -> Tensor:
-        h = _ACTIVATIONS[self.activation](self.linear1(x))  # (B, T, d_ff)
+        h = self.linear1(x)  # (B, T, d_ff)
+        h = F.relu(h) if self.activation == "relu" else F.gelu(h)  # F.gelu: the exact (erf) GELU, as PyTorch's layers
         return self.linear2(self.dropout(h))  # (B, T, d_model)
 
 
@@ -73,8 +90,9 @@ class EncoderLayer(nn.Module):
         (B, 1, 1, T) or a causal mask (T, T)).
 
     With copied weights it equals nn.TransformerEncoderLayer(batch_first=True, same norm_first,
-    dropout=0), called with src_mask=~mask (see copy_to_torch_encoder_layer). A stack of Pre-LN
-    layers needs one more LayerNorm after the last layer (nn.TransformerEncoder's `norm`).
+    dropout=0), called with src_mask=~mask for a (T, T) mask or src_key_padding_mask=~mask[:, 0, 0, :]
+    for a (B, 1, 1, T) padding mask (PyTorch's True = ignore). A stack of Pre-LN layers needs one
+    more LayerNorm after the last layer (nn.TransformerEncoder's `norm`).
     """
 
     def __init__(
@@ -89,8 +107,8 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)  # dropout on the weights
         self.ff = FeedForward(d_model, d_ff, dropout, activation)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
+        self.norm1 = LayerNorm(d_model)  # the course's LayerNorm, built on layer_norm
+        self.norm2 = LayerNorm(d_model)
         self.dropout1 = nn.Dropout(dropout)  # on the attention branch, before the residual add
         self.dropout2 = nn.Dropout(dropout)  # on the FFN branch, before the residual add
         self.norm_first = norm_first
@@ -172,14 +190,20 @@ def label_smoothed_targets(
     return (1.0 - eps) * one_hot + eps / n_classes
 
 
-def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, eps: float) -> Tensor:
-    """Mean over positions of -sum_k q_k log softmax(logits)_k with q = label_smoothed_targets.
+def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, eps: float, ignore_index: int = -100) -> Tensor:
+    """Mean over the non-padding positions of -sum_k q_k log softmax(logits)_k, q = label_smoothed_targets.
 
-    logits: (N, K)   target: (N,) int64   returns a scalar; equals
-    nn.CrossEntropyLoss(label_smoothing=eps)(logits, target).
+    logits: (N, K)   target: (N,) int64   returns a scalar (logits' dtype); positions whose target is
+    ignore_index (padding) count neither in the sum nor in the mean. Equals
+    F.cross_entropy(logits, target, label_smoothing=eps, ignore_index=ignore_index).
     """
-    q = label_smoothed_targets(target, logits.size(-1), eps, dtype=logits.dtype)  # (N, K)
-    return -(q * F.log_softmax(logits, dim=-1)).sum(dim=-1).mean()
+    keep = target != ignore_index  # (N,) True = a real token
+    safe = target.masked_fill(~keep, 0)  # (N,) any valid class for the padding rows: they are dropped below
+    n_classes = logits.size(-1)
+    one_hot = F.one_hot(safe, n_classes).to(logits.dtype)  # (N, K)
+    q = (1.0 - eps) * one_hot + eps / n_classes  # (N, K) smoothed targets (label_smoothed_targets), rows sum to 1
+    loss = -(q * torch.log_softmax(logits, dim=-1)).sum(dim=-1)  # (N,) one loss per position
+    return (loss * keep).sum() / keep.sum()  # mean over the real tokens only
 
 
 def inverted_dropout(
@@ -188,7 +212,10 @@ def inverted_dropout(
     """Dropout as nn.Dropout does it: zero each entry with probability p, multiply the kept ones by 1/(1-p).
 
     The scaling keeps the expectation: E[output] = (1 - p) * x / (1 - p) = x, so nothing has to
-    change at test time, where (training=False) the function is the identity.
+    change at test time, where (training=False) the function is the identity. p = 1 gives zeros.
+
+    generator: draws the mask (on the generator's device; a CPU generator on the CPU), or None.
+    x: any shape   returns x's shape, dtype and device
     """
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability must be in [0, 1], got {p}")
@@ -196,7 +223,9 @@ def inverted_dropout(
         return x
     if p == 1.0:
         return torch.zeros_like(x)
-    keep = torch.rand(x.shape, generator=generator, device=x.device) >= p  # True with probability 1 - p
+    # a generator draws on its own device (a CPU generator on the CPU); the mask then moves to x's device
+    device = x.device if generator is None else generator.device
+    keep = (torch.rand(x.shape, generator=generator, device=device) >= p).to(x.device)  # True with probability 1 - p
     return x * keep / (1.0 - p)
 
 
@@ -219,6 +248,7 @@ def ffn_parameter_count(d_model: int, d_ff: int) -> int:
 
 __all__ = [
     "layer_norm",
+    "LayerNorm",
     "FeedForward",
     "EncoderLayer",
     "copy_to_torch_encoder_layer",

@@ -169,7 +169,9 @@ def test_encoder_layer_has_the_agreed_submodules():
     layer = ref.EncoderLayer(D_MODEL, N_HEADS, D_FF)
     assert isinstance(layer.self_attn, MultiHeadAttention)
     assert isinstance(layer.ff, ref.FeedForward)
-    assert isinstance(layer.norm1, nn.LayerNorm) and isinstance(layer.norm2, nn.LayerNorm)
+    # the course's LayerNorm (built on layer_norm, so nothing calls F.layer_norm), with nn.LayerNorm's parameter names
+    assert isinstance(layer.norm1, ref.LayerNorm) and isinstance(layer.norm2, ref.LayerNorm)
+    assert [n for n, _ in layer.norm1.named_parameters()] == [n for n, _ in nn.LayerNorm(D_MODEL).named_parameters()]
     assert layer.ff.linear1.in_features == D_MODEL and layer.ff.linear1.out_features == D_FF
 
 
@@ -299,6 +301,30 @@ def test_label_smoothed_cross_entropy_matches_torch(gen, eps, n_classes):
     # the same as cross-entropy against the smoothed distribution used as a soft target
     q = ref.label_smoothed_targets(target, n_classes, eps, dtype=torch.float64)
     torch.testing.assert_close(F.cross_entropy(logits, q), expected, atol=ATOL64, rtol=0)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_label_smoothed_cross_entropy_ignores_padding_like_torch(gen, eps):
+    # padding targets (ignore_index) count neither in the sum nor in the mean, as in F.cross_entropy
+    logits = 3 * torch.randn(9, 6, generator=gen, dtype=torch.float64)
+    target = torch.randint(6, (9,), generator=gen)
+    target[[1, 4, 5]] = 0
+    for ignore in (-100, 0):
+        padded = target.clone()
+        padded[[1, 4, 5]] = ignore
+        expected = F.cross_entropy(logits, padded, label_smoothing=eps, ignore_index=ignore)
+        got = ref.label_smoothed_cross_entropy(logits, padded, eps, ignore_index=ignore)
+        torch.testing.assert_close(got, expected, atol=ATOL64, rtol=0)
+
+
+def test_layer_norm_module_matches_nn_layer_norm(gen):
+    ours, theirs = ref.LayerNorm(8).double(), nn.LayerNorm(8, dtype=torch.float64)
+    with torch.no_grad():
+        for p in (ours.weight, ours.bias):
+            p.copy_(torch.randn(8, generator=gen, dtype=torch.float64))
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(2, 3, 8, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(ours(x), theirs(x), atol=ATOL64, rtol=0)
 
 
 def test_the_seed_variant_eps_over_k_minus_1_is_not_torchs(gen):
