@@ -761,3 +761,80 @@ def test_a_dtype_argument_reaches_the_function_and_a_float64_table_made_in_float
 
     _fails(TABLE, in_float32_then_cast, "wrong values")
 
+
+
+# --- A sublayer's forward as a callee: no double penalty inside a module --------------------------------
+
+
+class Scale(nn.Module):
+    """The sublayer (its own exercise): a learned gain."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * self.gain
+
+
+class Block(nn.Module):
+    """The layer graded with Scale.forward as a callee: judged against the reference composed with the learner's
+    recorded sublayer outputs."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+        self.scale = Scale(d)
+
+    def forward(self, x):
+        return x + self.scale(self.proj(x))
+
+
+def _block_cases(seed):
+    return [ModuleCase("d = 4, x (2, 3, 4)", {"d": 4}, (torch.rand(2, 3, 4, generator=checks.generator(seed, "block")),))]
+
+
+BLOCK = module_check(Block, _block_cases, ("y",), callees=("Scale.forward",))
+
+LEARNER_CLASSES = '''
+import torch
+from torch import nn
+
+class Scale(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * self.gain {scale_mistake}
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+        self.scale = Scale(d)
+
+    def forward(self, x):
+        return {block_body}
+'''
+
+
+def _learner(scale_mistake="", block_body="x + self.scale(self.proj(x))"):
+    namespace = {}
+    exec(LEARNER_CLASSES.format(scale_mistake=scale_mistake, block_body=block_body), namespace)
+    return namespace
+
+
+def test_a_wrong_sublayer_costs_only_its_own_exercise_and_a_wrong_layer_still_fails():
+    right = _learner()
+    run_local(BLOCK, right["Block"], seed=SEED, device="cpu", namespace=right)
+    wrong_scale = _learner(scale_mistake="+ 1.0")
+    run_local(BLOCK, wrong_scale["Block"], seed=SEED, device="cpu", namespace=wrong_scale)  # judged on its own
+    assert "forward" in wrong_scale["Scale"].__dict__ and not hasattr(wrong_scale["Scale"].forward, "__wrapped__")  # restored
+    no_residual = _learner(block_body="self.scale(self.proj(x))")
+    _fails(BLOCK, no_residual["Block"], "wrong values", namespace=no_residual)
+    both_wrong = _learner(scale_mistake="+ 1.0", block_body="self.scale(self.proj(x))")
+    _fails(BLOCK, both_wrong["Block"], "wrong values", namespace=both_wrong)
+    # Without the callee the same wrong sublayer costs the layer too: the composition is what spares it.
+    alone = module_check(Block, _block_cases, ("y",))
+    _fails(alone, wrong_scale["Block"], "wrong values", namespace=wrong_scale)

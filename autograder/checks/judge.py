@@ -6,6 +6,7 @@ learner's; callee_faults, compose and replay_table grade a function apart from t
 calls (judge_calls' rule), and judge_with_replays runs the replay rounds that rule asks for (NeedsReplay).
 """
 
+import contextlib
 import inspect
 import math
 import re
@@ -343,7 +344,7 @@ def compose(call, record, reference_call, callees, module_name):
             bound.apply_defaults()
             for i, (entry_name, given, out) in enumerate(entries):
                 if entry_name == name and set(given) == set(bound.arguments) and all(
-                    _same_argument(bound.arguments[k], given[k], call.dtype) for k in given
+                    _same_argument(bound.arguments[k], given[k], call.dtype) for k in given if not (k == "self" and "." in name)
                 ):
                     used.add(i)
                     return to_tensors(out)
@@ -352,8 +353,15 @@ def compose(call, record, reference_call, callees, module_name):
 
         return callee
 
-    patches = {name: replay(name, getattr(module, name)) for name in callees if callable(getattr(module, name, None))}
-    with mock.patch.dict(module.__dict__, patches), torch.no_grad():
+    patches = {name: replay(name, getattr(module, name)) for name in callees if "." not in name and callable(getattr(module, name, None))}
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.dict(module.__dict__, patches))
+        for name in (n for n in callees if "." in n):  # a method of a class, e.g. a sublayer's forward
+            owner_name, attr = name.split(".", 1)
+            owner = getattr(module, owner_name, None)
+            if isinstance(owner, type) and callable(getattr(owner, attr, None)):
+                stack.enter_context(mock.patch.object(owner, attr, replay(name, getattr(owner, attr))))
+        stack.enter_context(torch.no_grad())
         try:
             outputs = _as_tuple(reference_call(call))
         except Exception:

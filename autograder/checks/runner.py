@@ -496,6 +496,9 @@ def _innermost_learner_function(exc):
     return name
 
 
+_ABSENT = object()  # a method a class inherits rather than defines (restored by deleting the patch)
+
+
 def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
     """Call the learner's fn once as the grader planned it; report outputs, errors, input edits, forbidden
     calls, and (when asked) gradients, whether a module kept its weights, and what the learner's `callees`
@@ -520,7 +523,7 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
             record["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         return record
     grad_wrt = list(call.get("grad_wrt") or [])
-    patched, log = {}, []
+    patched, log, methods = {}, [], []
     active = []  # the learner's callees running now (their forbidden built-ins are theirs, not the caller's)
     observe_fn, observe_aten, seen, mixed = _forbidden_modes(set(forbidden), active, meta=device == "meta")
     start = time.perf_counter()
@@ -532,7 +535,15 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
         before = [a.detach().clone() if isinstance(a, torch.Tensor) and a.device.type != "meta" else None for a in args]
         if not grad_wrt:
             for name in callees:
-                if callable(namespace.get(name)):
+                if "." in name:  # a method of a notebook class, e.g. "FeedForward.forward" (a module's sublayer)
+                    owner_name, attr = name.split(".", 1)
+                    owner = namespace.get(owner_name)
+                    original = getattr(owner, attr, None) if isinstance(owner, type) else None
+                    if callable(original):
+                        methods.append((owner, attr, owner.__dict__.get(attr, _ABSENT)))
+                        answered = _answering(original, name, call["replay"]) if call.get("replay") else original
+                        setattr(owner, attr, _recording(answered, name, log, active))
+                elif callable(namespace.get(name)):
                     patched[name] = namespace[name]
                     answered = _answering(patched[name], name, call["replay"]) if call.get("replay") else patched[name]
                     namespace[name] = _recording(answered, name, log, active)
@@ -553,6 +564,11 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
         record["error_in"] = _innermost_learner_function(exc)
     finally:
         namespace.update(patched)
+        for owner, attr, own in reversed(methods):
+            if own is _ABSENT:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, own)
     record["forbidden"] = list(seen)
     if mixed:
         record["device_mix"] = list(mixed)
