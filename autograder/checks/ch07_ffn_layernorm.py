@@ -434,7 +434,7 @@ CHECKS = {
         categories=("values", "weights"),
     ),
     "EncoderLayer_hidden": module_check(
-        ref.EncoderLayer, _enc_cases, ("output",), ENC_MISTAKES, ENC_HINTS, FORBIDDEN, callees=("layer_norm",),
+        ref.EncoderLayer, _enc_cases, ("output",), ENC_MISTAKES, ENC_HINTS, FORBIDDEN, callees=("layer_norm", "FeedForward.forward"),
         salt="EncoderLayer_hidden", categories=("values", "weights"),
     ),
     "noam_lr_hidden": function_check(

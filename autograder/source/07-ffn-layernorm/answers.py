@@ -19,9 +19,10 @@ _DROP = "    keep = (torch.rand(x.shape, generator=generator, device=device) >= 
 _DROP_RETURN = "    return x * keep / (1.0 - p)"
 _LS_ONE_HOT = "    one_hot = F.one_hot(safe, n_classes).to(logits.dtype)  # (N, K)"
 
-# The encoder layer is built on the learner's own FeedForward (a module is no callee the grader can record, and the
-# course cannot give its FeedForward in the notebook without giving exercise 2 away): a wrong FeedForward costs the
-# encoder layer's points too. The encoder layer's visible check says to fix FeedForward first.
+# The encoder layer is built on the learner's own FeedForward, graded as its callee ("FeedForward.forward": the
+# layer is judged against the reference composed with the learner's FeedForward results), so a wrong FeedForward
+# costs exercise 2 only. Its parameter names are the layer's too: FeedForward weights named otherwise cannot be
+# loaded into the layer either, and cost both.
 _FF_AND_LAYER = frozenset({"FeedForward_hidden", "EncoderLayer_hidden"})
 
 WRONG_ANSWERS = {
@@ -35,7 +36,7 @@ WRONG_ANSWERS = {
         "device", category="device",
     ),
     # FeedForward
-    "ff_no_activation": WrongAnswer("FeedForward", _FF_ACT, "        pass", "no activation between the two linear layers", _FF_AND_LAYER),
+    "ff_no_activation": WrongAnswer("FeedForward", _FF_ACT, "        pass", "no activation between the two linear layers"),
     "ff_layer_names": WrongAnswer(
         "FeedForward", "        self.linear1 = nn.Linear(d_model, d_ff)", "        self.fc1 = nn.Linear(d_model, d_ff)\n        self.linear1 = self.fc1",
         "names", _FF_AND_LAYER, category="weights",
