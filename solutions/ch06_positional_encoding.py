@@ -44,8 +44,11 @@ def sinusoidal_pe(
     The angles are computed in float64 and the result is cast to `dtype` (float32 by default): in float32
     pos * omega would lose about pos * 6e-8 radians, visible for positions in the thousands.
     """
-    omega = inverse_frequencies(d_model, base, device=device)  # (d/2,)
-    pos = torch.arange(max_len, dtype=torch.float64, device=device)  # (max_len,)
+    if d_model % 2 != 0:
+        raise ValueError(f"d_model must be even (dimensions come in sin/cos pairs), got {d_model}")
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)  # (d/2,) 0, 2, 4, ...
+    omega = base ** (-two_i / d_model)  # (d/2,) omega_i = 1 / base^(2i / d_model)
+    pos = torch.arange(max_len, dtype=torch.float64, device=device)  # (max_len,) 0, 1, ..., max_len - 1
     angles = pos[:, None] * omega[None, :]  # (max_len, d/2) angle of pair i at position pos
     pe = torch.empty(max_len, d_model, dtype=torch.float64, device=device)
     pe[:, 0::2] = torch.sin(angles)  # even dimensions: sine
@@ -58,8 +61,14 @@ class PositionalEncoding(nn.Module):
 
     The table is a buffer, not a parameter: it is not trained, it moves with .to(device) / .to(dtype),
     and it is not saved in the state dict (persistent=False) because it is a fixed function of
-    (max_len, d_model). Input embeddings are usually multiplied by sqrt(d_model) before this layer
+    (max_len, d_model). It is kept in float64, so that float64 inputs get every digit; forward casts the rows
+    it adds to x's dtype. Input embeddings are usually multiplied by sqrt(d_model) before this layer
     (the paper's embedding layer does that); this layer only adds.
+
+    Dropout: nn.Dropout, unless forward is given a torch.Generator (on the CPU); then, in train() mode, with
+    y = x + PE, the kept entries are exactly keep = torch.rand(y.shape, generator=generator) >= p, drawn on the
+    CPU and moved to y's device, and they are scaled by 1 / (1 - p) (inverted dropout), so that a seed gives the
+    same result on every device.
     """
 
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0):
@@ -67,20 +76,28 @@ class PositionalEncoding(nn.Module):
         self.d_model = d_model
         self.max_len = max_len
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("pe", sinusoidal_pe(max_len, d_model), persistent=False)  # (max_len, d_model)
+        pe = sinusoidal_pe(max_len, d_model, dtype=torch.float64)  # (max_len, d_model)
+        self.register_buffer("pe", pe, persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """x: (batch, seq, d_model) -> (batch, seq, d_model)."""
         if x.dim() != 3 or x.size(-1) != self.d_model:
             raise ValueError(f"expected x of shape (batch, seq, {self.d_model}), got {tuple(x.shape)}")
         seq_len = x.size(1)  # the SEQUENCE axis of batch-first input (not x.size(0), the batch)
         if seq_len > self.max_len:
             raise ValueError(f"sequence length {seq_len} exceeds max_len={self.max_len}")
-        pe = self.pe[:seq_len].to(x.dtype)  # (seq, d_model), broadcast over the batch
-        return self.dropout(x + pe)
+        y = x + self.pe[:seq_len].to(x.dtype)  # (batch, seq, d_model): PE broadcast over the batch
+        p = self.dropout.p
+        if generator is None or not self.training or p == 0.0:
+            return self.dropout(y)  # nn.Dropout: nothing dropped in eval()
+        keep = torch.rand(y.shape, generator=generator) >= p  # (batch, seq, d_model) on the CPU, True w.p. 1 - p
+        scale = 1.0 / (1.0 - p) if p < 1.0 else 0.0  # inverted dropout: E[output] = y
+        return y * keep.to(y.device) * scale
 
 
-def rotation_matrix(k: float, d_model: int, base: float = 10000.0, *, dtype: torch.dtype = torch.float32) -> Tensor:
+def rotation_matrix(
+    k: float, d_model: int, base: float = 10000.0, *, dtype: torch.dtype = torch.float32, device=None
+) -> Tensor:
     """The fixed linear map M_k with M_k @ PE[pos] = PE[pos + k] for every pos: shape (d_model, d_model).
 
     Block-diagonal with one 2x2 block per pair (2i, 2i+1):
@@ -88,11 +105,13 @@ def rotation_matrix(k: float, d_model: int, base: float = 10000.0, *, dtype: tor
          [-sin(k w_i), cos(k w_i)]]
     because sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b.
     It depends on k only, not on pos. For row vectors (a batch of positions), PE[pos + k] = PE[pos] @ M_k.T.
+    Computed in float64 and cast to `dtype` (k * w_i in float32 would lose digits for large offsets).
     """
-    theta = k * inverse_frequencies(d_model, base)  # (d/2,) angle of each pair
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)  # (d/2,) 0, 2, 4, ...
+    theta = k * base ** (-two_i / d_model)  # (d/2,) the angle k * omega_i of each pair
     c, s = torch.cos(theta), torch.sin(theta)
-    m = torch.zeros(d_model, d_model, dtype=torch.float64)
-    idx = torch.arange(0, d_model, 2)
+    m = torch.zeros(d_model, d_model, dtype=torch.float64, device=device)
+    idx = torch.arange(0, d_model, 2, device=device)  # (d/2,) the first dimension of each pair
     m[idx, idx] = c
     m[idx, idx + 1] = s
     m[idx + 1, idx] = -s
@@ -113,7 +132,8 @@ def apply_rope(x: Tensor, positions: Tensor | None = None, base: float = 10000.0
     Pairs are interleaved (2i, 2i+1) as in the RoFormer paper (some libraries pair i with i + d/2 instead).
     """
     d = x.size(-1)
-    omega = inverse_frequencies(d, base, device=x.device)  # (d/2,) float64
+    two_i = torch.arange(0, d, 2, dtype=torch.float64, device=x.device)  # (d/2,) 0, 2, 4, ...
+    omega = base ** (-two_i / d)  # (d/2,) float64
     if positions is None:
         positions = torch.arange(x.size(-2), device=x.device)
     angles = positions.to(torch.float64)[..., None] * omega  # (..., seq, d/2)
@@ -144,15 +164,17 @@ def alibi_slopes(n_heads: int) -> Tensor:
     return torch.tensor(slopes)
 
 
-def alibi_bias(n_heads: int, q_len: int, k_len: int | None = None) -> Tensor:
+def alibi_bias(n_heads: int, q_len: int, k_len: int | None = None, *, device=None) -> Tensor:
     """ALiBi's additive score bias -slope_h * |i - j|: shape (n_heads, q_len, k_len), float32.
 
     Added to q·k / sqrt(d_k) before the softmax, with no positional encoding on the input. For a decoder,
     combine it with a causal mask (only j <= i is used). Queries are aligned with the END of the keys
-    (query i sits at position k_len - q_len + i), as in decoding with a cache.
+    (query i sits at position k_len - q_len + i), as in decoding with a cache. Head h uses alibi_slopes(n_heads)[h]
+    (head 0 the steepest). Computed in float64, returned in float32.
     """
     k_len = q_len if k_len is None else k_len
-    q_pos = torch.arange(k_len - q_len, k_len)[:, None]  # (q_len, 1)
-    k_pos = torch.arange(k_len)[None, :]  # (1, k_len)
-    distance = (q_pos - k_pos).abs().float()  # (q_len, k_len)
-    return -alibi_slopes(n_heads)[:, None, None] * distance  # (n_heads, q_len, k_len)
+    q_pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (q_len, 1) positions of the queries
+    k_pos = torch.arange(k_len, device=device)[None, :]  # (1, k_len)
+    distance = (q_pos - k_pos).abs().double()  # (q_len, k_len) |i - j|
+    slopes = alibi_slopes(n_heads).double().to(device)  # (n_heads,)
+    return (-slopes[:, None, None] * distance).float()  # (n_heads, q_len, k_len)

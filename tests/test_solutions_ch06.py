@@ -148,6 +148,42 @@ def test_dropout_is_applied_in_training_only(gen):
     assert (out == 0).any(), "dropout(p=0.5) in training mode should zero some entries"
 
 
+def test_table_is_kept_in_float64_so_float64_inputs_get_every_digit(gen):
+    layer = ref.PositionalEncoding(8, max_len=10).double().eval()
+    assert layer.pe.dtype == torch.float64
+    x = torch.randn(2, 6, 8, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(layer(x), x + pe_elementwise(6, 8), atol=ATOL64, rtol=0)
+
+
+@pytest.mark.parametrize("p", [0.25, 0.6])
+def test_dropout_with_a_generator_keeps_exactly_the_drawn_entries_scaled(gen, p):
+    # The exercise's draw: keep = torch.rand(y.shape, generator=generator) >= p, on the CPU; kept entries / (1 - p).
+    layer = ref.PositionalEncoding(8, max_len=10, dropout=p).train()
+    x = torch.randn(3, 5, 8, generator=gen)
+    y = x + ref.sinusoidal_pe(5, 8)
+    keep = torch.rand(y.shape, generator=torch.Generator().manual_seed(11)) >= p
+    out = layer(x, generator=torch.Generator().manual_seed(11))
+    torch.testing.assert_close(out, y * keep / (1 - p))
+    assert torch.equal(out, layer(x, generator=torch.Generator().manual_seed(11))), "a seed must give the same output"
+    assert not torch.equal(out, layer(x, generator=torch.Generator().manual_seed(12))), "another seed, another mask"
+    layer.eval()
+    torch.testing.assert_close(layer(x, generator=torch.Generator().manual_seed(11)), y, atol=0, rtol=0)
+
+
+def test_dropout_with_p_one_drops_everything_without_nan(gen):
+    layer = ref.PositionalEncoding(4, max_len=6, dropout=1.0).train()
+    out = layer(torch.randn(2, 3, 4, generator=gen), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out, torch.zeros(2, 3, 4))
+
+
+def test_tables_are_made_on_the_device_they_are_given():
+    meta = torch.device("meta")
+    assert ref.sinusoidal_pe(5, 8, device=meta).device.type == "meta"
+    assert ref.rotation_matrix(3, 8, device=meta).device.type == "meta"
+    assert ref.alibi_bias(4, 5, device=meta).device.type == "meta"
+    assert ref.apply_rope(torch.empty(2, 5, 8, device=meta)).device.type == "meta"
+
+
 # --- the rotation property -------------------------------------------------------------------------
 
 
