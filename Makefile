@@ -90,9 +90,9 @@ grade-demo: $(VENV)/.installed sandbox-tools
 	$(BIN)/python -m autograder grade autograder/demo --workdir grading/demo
 
 # Stock nbgrader autograde, the embedded Dask cluster with all cores and with 1 worker, and the old process pool,
-# on the same 30 submissions (scripts/bench_grading.py).
+# on the same 36 submissions, four of each chapter (scripts/bench_grading.py).
 bench: $(VENV)/.installed sandbox-tools
-	$(BIN)/python scripts/bench_grading.py -n 30
+	$(BIN)/python scripts/bench_grading.py -n 36
 
 clean:
 	rm -rf _build grading
