@@ -838,3 +838,17 @@ def test_a_wrong_sublayer_costs_only_its_own_exercise_and_a_wrong_layer_still_fa
     # Without the callee the same wrong sublayer costs the layer too: the composition is what spares it.
     alone = module_check(Block, _block_cases, ("y",))
     _fails(alone, wrong_scale["Block"], "wrong values", namespace=wrong_scale)
+
+
+def powers(x):
+    """Twenty outputs (a training step returns its loss and every parameter): all of them are reported and judged."""
+    return tuple(x ** k for k in range(20))
+
+
+POWERS = function_check(powers, lambda seed: [Case("x (3,)", (torch.rand(3, generator=checks.generator(seed, "powers")) + 0.5,))],
+                        tuple(f"x^{k}" for k in range(20)), meta=False)
+
+
+def test_every_item_of_a_long_tuple_is_judged():
+    run_local(POWERS, powers, seed=SEED, device="cpu")
+    _fails(POWERS, lambda x: powers(x)[:19] + (x ** 20,), "x\\^19 of <lambda> .*wrong values")

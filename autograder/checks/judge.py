@@ -617,7 +617,9 @@ def _device_mistake_of_a_callee(record, callees) -> bool:
     for entry in entries:
         given = [str(d) for d in entry.get("devices") or []]
         try:
-            given += [v.device for v in (decode_value(a) for a in (entry.get("args") or {}).values()) if isinstance(v, Returned) and v.shape]
+            decoded = [decode_value(a) for a in (entry.get("args") or {}).values()]
+            given += [v.device for v in decoded if isinstance(v, Returned) and v.shape]
+            given += [v.name for v in decoded if isinstance(v, ReportedDevice)]  # a device= argument counts as given
         except (Unreadable, ValueError, TypeError):
             pass
         if any(not d.startswith("meta") for d in given):

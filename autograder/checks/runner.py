@@ -112,6 +112,9 @@ def _transformed(value):
         return False
 
 
+MAX_ITEMS = 64  # items of a returned tuple that are reported (a training step returns its loss and every parameter)
+
+
 def encode_value(value, depth=0):
     """What came out of a learner's function, as JSON: tensors as base64 .npy (never pickle). A tensor whose
     values cannot be read (a torch.func transform's wrapped tensor, or anything else that refuses) is
@@ -141,7 +144,7 @@ def encode_value(value, depth=0):
                 info["unreadable"] = f"{type(exc).__name__}"[:100]
         return {"tensor": info}
     if isinstance(value, (tuple, list)):
-        return {"tuple": [encode_value(v, depth + 1) for v in value[:16]]}
+        return {"tuple": [encode_value(v, depth + 1) for v in value[:MAX_ITEMS]]}
     if isinstance(value, dict):  # e.g. a dict of named steps (chapter 03's attention_steps)
         return {"dict": {str(k)[:100]: encode_value(v, depth + 1) for k, v in list(value.items())[:32]}}
     if isinstance(value, torch.device):  # e.g. a callee's device= argument
