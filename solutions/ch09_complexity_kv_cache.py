@@ -8,10 +8,11 @@ What is here:
 - FLOP counting: `matmul_flops`, `attention_flops` (one multi-head self-attention layer, term by term),
   `decoder_forward_flops` and `generation_flops` (the tiny decoder below, with and without a cache);
 - memory: `attention_matrix_bytes` (the n x n weights) and `kv_cache_bytes` (2 * L * h * d_k * n * bytes);
-- the KV cache: `attention_step` (one cached attention step as a pure function), `KVCache` (preallocated
-  keys and values of one layer), `CausalSelfAttention` with
-  `forward(x)` (full causal recomputation) and `forward_step(x_new, cache)` (new tokens only, attending to
-  the cached prefix), a small decoder-only `TinyDecoder`, and greedy `generate(..., use_cache)`;
+- the KV cache: `causal_mask_with_offset`, `attention_step` (one cached attention step as a pure function: it
+  returns the grown cache, torch.cat style), `KVCache` (preallocated keys and values of one layer, and
+  `fill_kv_cache`, the driver the exercises grade it through), `CausalSelfAttention` with `forward(x)` (full
+  causal recomputation) and `forward_step(x_new, past)` (new tokens only, attending to the cached prefix), a
+  small decoder-only `TinyDecoder`, and greedy `generate(..., use_cache, return_logits)`;
 - measurement helpers: `median_time`, `loglog_slope`, `peak_rss_growth`.
 
 Conventions used throughout the course:
@@ -29,6 +30,7 @@ are small next to the matmuls (2 * d_k FLOPs per score).
 from __future__ import annotations
 
 import ctypes
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -36,8 +38,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-
-from solutions.ch02_qkv_attention import scaled_dot_product_attention
 
 SOFTMAX_FLOPS_PER_ELEMENT = 5  # max, subtract the max, exp, sum, divide (exp counted as one FLOP)
 MATMUL_TERMS = ("q_proj", "k_proj", "v_proj", "scores", "weighted_sum", "out_proj")
@@ -128,40 +128,46 @@ def kv_cache_bytes(
 
 
 class KVCache:
-    """Keys and values of one attention layer for the tokens processed so far.
+    """Keys and values of one attention layer for the tokens processed so far, in preallocated buffers.
 
-    Preallocated buffers k, v of shape (batch, heads, max_len, d_k); the first `length` positions are filled.
-    `append` writes the new tokens' keys and values after them and returns views of everything cached so far.
+    k, v: (batch, heads, max_len, d_k) buffers, allocated once; the first `length` positions are filled.
+    `append` writes the new tokens' keys and values after them (no copy of the old ones, unlike torch.cat)
+    and returns views of everything cached so far.
     """
 
     def __init__(self, batch: int, n_heads: int, max_len: int, d_k: int,
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
         self.k = torch.zeros(batch, n_heads, max_len, d_k, dtype=dtype, device=device)  # (B, H, max_len, d_k)
         self.v = torch.zeros(batch, n_heads, max_len, d_k, dtype=dtype, device=device)  # (B, H, max_len, d_k)
-        self.length = 0
-
-    @property
-    def max_len(self) -> int:
-        return self.k.size(2)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the two buffers (the whole preallocated capacity, filled or not)."""
-        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+        self.max_len = max_len
+        self.length = 0  # positions filled so far
 
     def append(self, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """k_new, v_new: (B, H, s, d_k) -> all cached keys and values (B, H, length + s, d_k) (views)."""
         start, s = self.length, k_new.size(2)
         if start + s > self.max_len:
             raise RuntimeError(f"KV cache full: {start} cached + {s} new > max_len {self.max_len}")
-        self.k[:, :, start:start + s] = k_new
+        self.k[:, :, start:start + s] = k_new  # the sequence dimension is dim 2
         self.v[:, :, start:start + s] = v_new
         self.length = start + s
         return self.k[:, :, :self.length], self.v[:, :, :self.length]
 
-    def reset(self) -> None:
-        """Forget everything (start a new sequence). The buffers are kept."""
-        self.length = 0
+
+def kv_cache_nbytes(cache: KVCache) -> int:
+    """Bytes held by a KVCache's two buffers (the whole preallocated capacity, filled or not)."""
+    return cache.k.numel() * cache.k.element_size() + cache.v.numel() * cache.v.element_size()
+
+
+def fill_kv_cache(k: Tensor, v: Tensor, max_len: int, *chunks: int):
+    """Append k, v (B, H, T, d_k) to a new KVCache(..., max_len, ...) in chunks of the given sizes, as a decoder
+    does (a prompt, then one token at a time). Returns (keys, values) of the last append and the cache's length."""
+    b, h, _, d_k = k.shape
+    cache = KVCache(b, h, max_len, d_k, dtype=k.dtype, device=k.device)
+    k_all, v_all, start = None, None, 0
+    for s in chunks:
+        k_all, v_all = cache.append(k[:, :, start:start + s], v[:, :, start:start + s])
+        start += s
+    return k_all, v_all, cache.length
 
 
 def causal_mask_with_offset(n_new: int, n_past: int, device: torch.device | str | None = None) -> Tensor:
@@ -179,25 +185,27 @@ def attention_step(
     k_cache, v_cache:    (B, H, p, d_k) keys and values of the p earlier tokens, or None when p = 0
     returns (out (B, H, s, d_k), k_all (B, H, p + s, d_k), v_all (B, H, p + s, d_k))
 
-    New token i sits at position p + i and attends to keys 0 .. p + i: with s = 1 that is every key (no mask);
-    with s > 1 the causal mask shifted by p. Output row i equals row p + i of causal attention over all
-    p + s tokens.
+    New token i sits at position p + i and attends to keys 0 .. p + i: the causal mask shifted by p.
+    Output row i equals row p + i of causal attention over all p + s tokens.
     """
     if k_cache is not None:
-        k_new = torch.cat([k_cache, k_new], dim=-2)  # (B, H, p + s, d_k)
+        k_new = torch.cat([k_cache, k_new], dim=-2)  # (B, H, p + s, d_k): the cached keys, then the new ones
         v_new = torch.cat([v_cache, v_new], dim=-2)
     s, total = q_new.size(-2), k_new.size(-2)
-    mask = None if s == 1 else causal_mask_with_offset(s, total - s, device=q_new.device)
-    out, _ = scaled_dot_product_attention(q_new, k_new, v_new, mask)  # (B, H, s, d_k)
+    mask = causal_mask_with_offset(s, total - s, device=q_new.device)  # (s, p + s)
+    scores = q_new @ k_new.transpose(-2, -1) / math.sqrt(q_new.size(-1))  # (B, H, s, p + s)
+    scores = scores.masked_fill(mask.logical_not(), float("-inf"))  # False = may not attend
+    out = torch.softmax(scores, dim=-1) @ v_new  # (B, H, s, d_k)
     return out, k_new, v_new
 
 
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with W_Q, W_K, W_V, W_O (nn.Linear(d_model, d_model, bias=False)).
 
-    forward(x)                 x: (B, T, D) -> (B, T, D), every position recomputed from scratch
-    forward_step(x_new, cache) x_new: (B, s, D) -> (B, s, D), the s new tokens attend to the cached prefix
-                               and to themselves (causally); their keys and values are appended to `cache`.
+    forward(x)                x: (B, T, D) -> (B, T, D), every position recomputed from scratch
+    forward_step(x_new, past) x_new: (B, s, D), past: (keys, values) (B, H, p, d_k) of the p earlier tokens or
+                              None -> (out (B, s, D), (keys, values) of all p + s tokens): the new tokens attend
+                              to the cached prefix and to themselves (causally).
     """
 
     def __init__(self, d_model: int, n_heads: int):
@@ -219,21 +227,13 @@ class CausalSelfAttention(nn.Module):
         return x.transpose(1, 2).reshape(b, t, self.d_model)  # (B, H, T, d_k) -> (B, T, D)
 
     def forward(self, x: Tensor) -> Tensor:
-        t = x.size(1)
-        q, k, v = self._heads(self.w_q(x)), self._heads(self.w_k(x)), self._heads(self.w_v(x))  # (B, H, T, d_k)
-        mask = causal_mask_with_offset(t, 0, device=x.device)  # (T, T) True on/below the diagonal
-        out, _ = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, d_k)
-        return self.w_o(self._merge(out))  # (B, T, D)
+        out, _ = self.forward_step(x, None)  # no cache: every position, under the causal mask
+        return out
 
-    def forward_step(self, x_new: Tensor, cache: KVCache) -> Tensor:
-        s, past = x_new.size(1), cache.length
-        q = self._heads(self.w_q(x_new))  # (B, H, s, d_k) queries of the new tokens only
-        k, v = cache.append(self._heads(self.w_k(x_new)), self._heads(self.w_v(x_new)))  # (B, H, past + s, d_k)
-        # One new token may see every cached key: no mask needed. Several new tokens (a prompt) must not
-        # see each other's future: the causal mask, shifted by the `past` cached positions.
-        mask = None if s == 1 else causal_mask_with_offset(s, past, device=x_new.device)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)  # (B, H, s, d_k)
-        return self.w_o(self._merge(out))  # (B, s, D)
+    def forward_step(self, x_new: Tensor, past: tuple[Tensor, Tensor] | None):
+        q, k, v = self._heads(self.w_q(x_new)), self._heads(self.w_k(x_new)), self._heads(self.w_v(x_new))
+        out, k_all, v_all = attention_step(q, k, v, *(past or (None, None)))  # (B, H, s, d_k)
+        return self.w_o(self._merge(out)), (k_all, v_all)  # (B, s, D), the cache of all p + s tokens
 
 
 # --------------------------------------------------------------------------------------------------
@@ -264,24 +264,26 @@ class DecoderBlock(nn.Module):
                                 nn.Linear(cfg.d_ff, cfg.d_model, bias=False))
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.ln1(x))
-        return x + self.ff(self.ln2(x))
+        return self.forward_step(x, None)[0]
 
-    def forward_step(self, x_new: Tensor, cache: KVCache) -> Tensor:
-        x_new = x_new + self.attn.forward_step(self.ln1(x_new), cache)
-        return x_new + self.ff(self.ln2(x_new))
+    def forward_step(self, x_new: Tensor, past):
+        a, present = self.attn.forward_step(self.ln1(x_new), past)
+        x_new = x_new + a
+        return x_new + self.ff(self.ln2(x_new)), present
 
 
 class TinyDecoder(nn.Module):
     """Decoder-only language model: token + learned position embeddings, n_layers DecoderBlocks, LayerNorm,
-    a linear head to vocabulary logits.
+    a linear head to vocabulary logits. TinyDecoder(cfg) or TinyDecoder(vocab_size=..., d_model=..., ...).
 
     forward(idx)               idx: (B, T) token ids -> logits (B, T, vocab), recomputing every position
-    forward_step(idx, caches)  idx: (B, s) the *new* token ids -> logits (B, s, vocab); caches from new_cache()
+    forward_step(idx, caches)  idx: (B, s) the *new* token ids -> logits (B, s, vocab); `caches` (from
+                               new_cache()) holds each layer's keys and values and is updated in place
     """
 
-    def __init__(self, cfg: DecoderConfig):
+    def __init__(self, cfg: DecoderConfig | None = None, **sizes):
         super().__init__()
+        cfg = cfg or DecoderConfig(**sizes)
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)
@@ -289,52 +291,52 @@ class TinyDecoder(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
-    def new_cache(self, batch: int) -> list[KVCache]:
-        """One empty KVCache per layer, with room for cfg.max_len tokens, in the model's dtype and device."""
-        p = self.head.weight
-        return [KVCache(batch, self.cfg.n_heads, self.cfg.max_len, self.cfg.d_model // self.cfg.n_heads,
-                        dtype=p.dtype, device=p.device) for _ in self.blocks]
+    def new_cache(self, batch: int) -> list:
+        """An empty cache: one entry per layer, None until the layer has seen tokens, then its (keys, values)."""
+        return [None] * len(self.blocks)
 
     def _embed(self, idx: Tensor, start: int) -> Tensor:
         t = idx.size(1)
         if start + t > self.cfg.max_len:
             raise ValueError(f"sequence of {start + t} tokens is longer than max_len={self.cfg.max_len}")
-        pos = torch.arange(start, start + t, device=idx.device)
+        pos = torch.arange(start, start + t, device=idx.device)  # positions continue after the cached ones
         return self.tok_emb(idx) + self.pos_emb(pos)  # (B, t, D)
 
     def forward(self, idx: Tensor) -> Tensor:
-        x = self._embed(idx, 0)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln_f(x))  # (B, T, vocab)
+        return self.forward_step(idx, self.new_cache(idx.size(0)))
 
-    def forward_step(self, idx: Tensor, caches: list[KVCache]) -> Tensor:
-        x = self._embed(idx, caches[0].length)  # the new tokens continue after the cached ones
-        for block, cache in zip(self.blocks, caches):
-            x = block.forward_step(x, cache)
+    def forward_step(self, idx: Tensor, caches: list) -> Tensor:
+        x = self._embed(idx, 0 if caches[0] is None else caches[0][0].size(2))
+        for i, block in enumerate(self.blocks):
+            x, caches[i] = block.forward_step(x, caches[i])
         return self.head(self.ln_f(x))  # (B, s, vocab)
 
 
 @torch.no_grad()
-def generate(model: TinyDecoder, idx: Tensor, max_new_tokens: int, use_cache: bool = True) -> Tensor:
+def generate(model: TinyDecoder, idx: Tensor, max_new_tokens: int, use_cache: bool = True,
+             return_logits: bool = False):
     """Greedy decoding: append the most likely next token max_new_tokens times.
 
-    idx: (B, P) prompt token ids, P >= 1 -> (B, P + max_new_tokens).
+    idx: (B, P) prompt token ids, P >= 1 -> (B, P + max_new_tokens); with return_logits=True also the logits
+    each new token was chosen from, (B, max_new_tokens, vocab).
     use_cache=False runs the whole sequence through the model at every step (P, P+1, ..., P+T-1 tokens);
     use_cache=True runs the prompt once (filling the caches) and then only the newest token.
     """
-    if max_new_tokens <= 0:
-        return idx
+    chosen_from = []
     if use_cache:
         caches = model.new_cache(idx.size(0))
-        logits = model.forward_step(idx, caches)  # (B, P, vocab): the prompt, once
     for step in range(max_new_tokens):
-        if use_cache and step > 0:
-            logits = model.forward_step(idx[:, -1:], caches)  # (B, 1, vocab): only the newest token
-        elif not use_cache:
+        if not use_cache:
             logits = model(idx)  # (B, t, vocab): everything again
+        elif step == 0:
+            logits = model.forward_step(idx, caches)  # (B, P, vocab): the prompt, once
+        else:
+            logits = model.forward_step(idx[:, -1:], caches)  # (B, 1, vocab): only the newest token
+        chosen_from.append(logits[:, -1])  # (B, vocab)
         next_id = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
         idx = torch.cat([idx, next_id], dim=1)
+    if return_logits:
+        return idx, torch.stack(chosen_from, dim=1)  # (B, max_new_tokens, vocab)
     return idx
 
 

@@ -45,7 +45,7 @@ def test_cached_steps_equal_full_recomputation_float64(gen, chunks):
         pieces.append(model.forward_step(idx[:, start:start + s], caches))
         start += s
     stepped = torch.cat(pieces, dim=1)
-    assert caches[0].length == sum(chunks), "every processed token must leave its k, v in the cache"
+    assert caches[0][0].size(2) == sum(chunks), "every processed token must leave its k, v in the cache"
     torch.testing.assert_close(stepped, full, atol=ATOL64, rtol=0,
                                msg=lambda m: f"cached logits differ from full recomputation (chunks {chunks}): {m}")
 
@@ -87,9 +87,9 @@ def test_step_attention_is_last_row_of_causal_attention(gen):
         q, k, v = heads(layer.w_q(x)), heads(layer.w_k(x)), heads(layer.w_v(x))
         attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, d_k)
         expected = layer.w_o(attn.transpose(1, 2).reshape(2, T, d_model))  # (B, T, D)
-        cache = ref.KVCache(2, n_heads, T, d_model // n_heads, dtype=torch.float64)
+        past = None
         for t in range(T):
-            out_t = layer.forward_step(x[:, t:t + 1], cache)  # (B, 1, D): one query
+            out_t, past = layer.forward_step(x[:, t:t + 1], past)  # (B, 1, D): one query
             torch.testing.assert_close(
                 out_t[:, 0], expected[:, t], atol=ATOL64, rtol=0,
                 msg=lambda m: f"step {t}: one-query attention != row {t} of causal attention: {m}")
@@ -135,15 +135,30 @@ def test_offset_causal_mask():
     assert torch.equal(ref.causal_mask_with_offset(4, 0), torch.ones(4, 4, dtype=torch.bool).tril())
 
 
-def test_cache_overflow_and_reset():
+def test_cache_overflow():
     cache = ref.KVCache(1, 2, 3, 4)
     k = torch.zeros(1, 2, 2, 4)
     cache.append(k, k)
     with pytest.raises(RuntimeError, match="full"):
         cache.append(k, k)
-    cache.reset()
-    k_all, _ = cache.append(k, k)
-    assert k_all.shape == (1, 2, 2, 4)
+
+
+@pytest.mark.parametrize("chunks", [(3, 1, 1), (1, 1, 1, 1, 1), (5,)])
+def test_kv_cache_holds_what_was_appended(gen, chunks):
+    k, v = (torch.randn(2, 3, 5, 4, generator=gen, dtype=torch.float64) for _ in range(2))
+    k_all, v_all, length = ref.fill_kv_cache(k, v, 7, *chunks)
+    assert length == 5 and torch.equal(k_all, k) and torch.equal(v_all, v)
+
+
+def test_generate_returns_the_logits_it_chose_from(gen):
+    model = make_model()
+    prompt = torch.randint(0, CFG.vocab_size, (2, 3), generator=gen)
+    tokens, logits = ref.generate(model, prompt, 6, return_logits=True)
+    assert logits.shape == (2, 6, CFG.vocab_size) and torch.equal(logits.argmax(-1), tokens[:, 3:])
+    with torch.no_grad():
+        full = model(tokens)[:, 2:-1]  # the logits at positions P-1 .. P+T-2 choose tokens P .. P+T-1
+    torch.testing.assert_close(logits, full, atol=ATOL64, rtol=0)
+    assert ref.TinyDecoder(vocab_size=5, d_model=4, n_heads=2, n_layers=1, d_ff=8, max_len=6).cfg.vocab_size == 5
 
 
 # ---------------------------------------------------------------- FLOP counts
@@ -180,11 +195,10 @@ def test_attention_flops_matches_flop_counter_mode(batch, n, d_model, n_heads):
 def test_cached_step_flops_match_flop_counter_mode():
     torch.manual_seed(4)
     layer = ref.CausalSelfAttention(16, 4)
-    cache = ref.KVCache(2, 4, 10, 4)
     with torch.no_grad():
-        layer.forward_step(torch.randn(2, 6, 16), cache)  # 6 cached tokens
+        _, past = layer.forward_step(torch.randn(2, 6, 16), None)  # 6 cached tokens
         with FlopCounterMode(display=False) as counter:
-            layer.forward_step(torch.randn(2, 1, 16), cache)  # 1 query, 7 keys
+            layer.forward_step(torch.randn(2, 1, 16), past)  # 1 query, 7 keys
     c = ref.attention_flops(1, 16, 4, n_kv=7, batch=2)
     assert counter.get_total_flops() == sum(c[k] for k in ref.MATMUL_TERMS)
 
@@ -220,9 +234,8 @@ def test_kv_cache_bytes_by_hand():
 
 
 def test_kv_cache_bytes_match_the_buffers():
-    model = make_model(torch.float32)
-    caches = model.new_cache(batch=3)
-    held = sum(c.nbytes for c in caches)
+    caches = [ref.KVCache(3, CFG.n_heads, CFG.max_len, CFG.d_model // CFG.n_heads) for _ in range(CFG.n_layers)]
+    held = sum(ref.kv_cache_nbytes(c) for c in caches)
     assert held == ref.kv_cache_bytes(CFG.n_layers, CFG.n_heads, CFG.d_model // CFG.n_heads, CFG.max_len, 4, batch=3)
 
 
