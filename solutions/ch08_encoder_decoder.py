@@ -1,8 +1,9 @@
 """Reference solutions for chapter 08-encoder-decoder: decoder layer, encoder/decoder stacks, the full model.
 
-This module is the single source of truth for the chapter's exercises (DecoderLayer, the full
-Transformer, greedy decoding); the instructor notebook's solution cells are generated from it and the
-hidden grading checks compare learners' code against it.
+This module is the single source of truth for the chapter's exercises (DecoderLayer,
+transformer_parameter_count, greedy_decode, train_step); the instructor notebook's solution cells are
+generated from it and the hidden grading checks compare learners' code against it. ToyTranslator is the
+small model the exercises of greedy_decode and train_step run on (the notebook gives it in a read-only cell).
 
 It builds on the earlier chapters' reference modules:
 - ch04 MultiHeadAttention   (self-attention and cross-attention),
@@ -26,6 +27,7 @@ mask; that is only true when no source sentence is padded):
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from solutions.ch04_multi_head import MultiHeadAttention, copy_to_torch_mha
@@ -323,7 +325,7 @@ def transformer_parameter_count(
 
 @torch.no_grad()
 def greedy_decode(
-    model: Transformer,
+    model: nn.Module,
     src: Tensor,
     max_len: int,
     bos_id: int,
@@ -355,3 +357,76 @@ def greedy_decode(
             break
     model.train(was_training)
     return ys
+
+
+class ToyTranslator(nn.Module):
+    """A one-layer stand-in for Transformer with its interface (encode, decode, forward), for the exercises on
+    decoding and training: learned token and position embeddings, one causal self-attention and one
+    cross-attention (each a residual branch, no LayerNorm, no FFN, no dropout, no attention biases), and an
+    output projection: 13 parameter tensors.
+
+    encode(src (B, Ts), src_mask=None) -> memory (B, Ts, D)
+    decode(tgt (B, Tt), memory (B, Ts, D), src_mask=None) -> logits (B, Tt, tgt_vocab)
+    forward(src, tgt, src_mask=None) -> logits (B, Tt, tgt_vocab)
+        src_mask: bool (B, 1, 1, Ts), True = real source token (the course's convention)
+    Position t of the logits depends on tgt[:, :t + 1] only (the causal mask), as in Transformer.
+    """
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int, n_heads: int, max_len: int = 32):
+        super().__init__()
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        self.pos = nn.Embedding(max_len, d_model)  # learned positions: the same table for source and target
+        self.self_attn = MultiHeadAttention(d_model, n_heads, bias=False)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, bias=False)
+        self.out_proj = nn.Linear(d_model, tgt_vocab)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        positions = torch.arange(src.size(1), device=src.device)  # (Ts,)
+        return self.src_embed(src) + self.pos(positions)  # (B, Ts, D)
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        t = tgt.size(1)
+        y = self.tgt_embed(tgt) + self.pos(torch.arange(t, device=tgt.device))  # (B, Tt, D)
+        causal = torch.ones(t, t, dtype=torch.bool, device=tgt.device).tril()  # (Tt, Tt) True = may attend
+        y = y + self.self_attn(y, y, y, causal)[0]  # (B, Tt, D)
+        y = y + self.cross_attn(y, memory, memory, src_mask)[0]  # Q from the target, K and V from the memory
+        return self.out_proj(y)  # (B, Tt, tgt_vocab)
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+def train_step(
+    model: nn.Module,
+    src: Tensor,
+    tgt: Tensor,
+    src_mask: Tensor | None,
+    pad_id: int,
+    eps: float = 0.0,
+    lr: float = 0.1,
+    steps: int = 1,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> Tensor:
+    """`steps` optimisation steps of a sequence-to-sequence model on one batch, with teacher forcing.
+
+    src (B, Ts), tgt (B, T) LongTensors; tgt is the whole target, <s> y_1 ... y_n </s> then padding.
+    The decoder input is tgt[:, :-1] (the target shifted right, starting with <s>) and the labels are
+    tgt[:, 1:] (position i predicts the token after it). The loss is the cross-entropy with label smoothing
+    eps, averaged over the label positions that are not pad_id (padding is left out of the loss).
+    optimizer: the one to step (kept across calls, e.g. Adam on the chapter page); None: plain SGD with
+    learning rate lr, made here. Returns the loss of each step, before its update: (steps,), detached.
+    """
+    if optimizer is None:
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    dec_in, labels = tgt[:, :-1], tgt[:, 1:]  # (B, T - 1) each: teacher forcing
+    losses = []
+    for _ in range(steps):
+        logits = model(src, dec_in, src_mask)  # (B, T - 1, V)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=pad_id,
+                               label_smoothing=eps)  # mean over the non-padding labels
+        optimizer.zero_grad()  # gradients add up in .grad: clear the previous step's
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return torch.stack(losses)  # (steps,)
