@@ -153,7 +153,7 @@ def run_ours(submissions: Path, workdir: Path, workers: int, pool=False) -> dict
 
 def cluster_start_stop(workers: int) -> float:
     """Seconds to start and stop the embedded cluster with nothing to grade, in a fresh process like the CLI's."""
-    code = ("import time; from autograder import cluster; t = time.perf_counter()\n"
+    code = ("import time; from autograder.grading import cluster; t = time.perf_counter()\n"
             f"with cluster.connect(workers={workers}):\n    pass\nprint(time.perf_counter() - t)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, check=True)
     return float(done.stdout.split()[-1])
