@@ -106,7 +106,7 @@ def _host_sandbox() -> str:
 
 def make_job(workdir: Path, sub, settings, chapter_files: dict) -> Job:
     """The job for one submission (intake.Submission); `chapter_files` caches each chapter's notebooks."""
-    from autograder.grading.notebook import MAX_NOTEBOOK_BYTES
+    from autograder.grading.notebook import MAX_FILE_BYTES
 
     if sub.chapter not in chapter_files:
         chapter_files[sub.chapter] = tuple((Path(workdir) / kind / sub.chapter / f"{registry.NOTEBOOK}.ipynb").read_bytes()
@@ -117,7 +117,7 @@ def make_job(workdir: Path, sub, settings, chapter_files: dict) -> Job:
     if not path.is_symlink():
         try:
             size = path.stat().st_size
-            notebook = path.read_bytes() if size <= MAX_NOTEBOOK_BYTES else b""
+            notebook = path.read_bytes() if size <= MAX_FILE_BYTES else b""  # outputs are removed where it is read
         except OSError:
             notebook = b""  # gone since intake: graded as "invalid" (not JSON)
     return Job(sub.student, sub.chapter, notebook, size, release, source, settings, code_version())

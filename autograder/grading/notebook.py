@@ -27,7 +27,8 @@ from autograder.reporting.feedback import write_feedback
 from autograder.results import CellScore, Result, Settings, atomic_write
 from autograder.checks import encode_calls, judge_with_replays, runner
 
-MAX_NOTEBOOK_BYTES = 20 * 2**20
+MAX_NOTEBOOK_BYTES = 20 * 2**20  # the notebook as graded: its code (outputs are not graded and are removed first)
+MAX_FILE_BYTES = 256 * 2**20  # a file larger than this is not even read (outputs or not)
 RESTARTS = 3  # a cell that hangs or kills the process is skipped and the notebook run again, at most this often
 SKIP_WHEN_GRADING = ("check_helpers",)  # readonly cells that only serve the visible checks
 
@@ -46,22 +47,55 @@ def _source(cell) -> str:
 
 
 def read_submission(path: Path):
-    """(notebook dict, raw bytes) or raise ValueError with a message for the instructor and the learner."""
+    """(notebook dict, raw bytes, notes) or raise ValueError with a message for the instructor and the learner.
+
+    Only code is graded, so a notebook too large only because of its outputs is graded without them (with a note),
+    and an nbformat 3 notebook is converted to version 4 (with a note)."""
     if path.is_symlink():
         raise ValueError("the notebook is a symbolic link, not a file; submit the notebook itself")
     size = path.stat().st_size
-    if size > MAX_NOTEBOOK_BYTES:
-        raise ValueError(f"the notebook is {size / 2**20:.0f} MiB, more than the {MAX_NOTEBOOK_BYTES // 2**20} MiB allowed (clear the outputs and resubmit)")
+    if size > MAX_FILE_BYTES:
+        raise ValueError(f"the notebook is {size / 2**20:.0f} MiB, more than the {MAX_FILE_BYTES // 2**20} MiB a file may have "
+                         "(clear the outputs and resubmit)")
     raw = path.read_bytes()
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"the file is not a valid notebook (not JSON: {str(exc)[:120]})") from None
+    notes = []
+    if isinstance(data, dict) and data.get("nbformat") == 3 and isinstance(data.get("worksheets"), list):
+        try:
+            data = json.loads(nbformat.writes(nbformat.reads(raw.decode("utf-8"), as_version=4)))
+        except Exception as exc:
+            raise ValueError(f"the notebook has nbformat 3 and could not be converted to version 4 ({str(exc)[:120]})") from None
+        notes.append("the notebook was in nbformat 3 (an old Jupyter format): it was converted to version 4 and graded")
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise ValueError("the file is JSON but not a notebook (no list of cells)")
     if data.get("nbformat") != 4:
         raise ValueError(f"the notebook has nbformat {data.get('nbformat')!r}; only version 4 (Jupyter's current format) is accepted")
-    return data, raw
+    if size > MAX_NOTEBOOK_BYTES:
+        code_only = strip_outputs(data)
+        code_size = len(json.dumps(code_only).encode("utf-8"))
+        if code_size > MAX_NOTEBOOK_BYTES:
+            raise ValueError(f"the notebook's code alone is {code_size / 2**20:.0f} MiB, more than the "
+                             f"{MAX_NOTEBOOK_BYTES // 2**20} MiB allowed")
+        notes.append(f"the notebook was {size / 2**20:.0f} MiB with its outputs, more than the {MAX_NOTEBOOK_BYTES // 2**20} MiB "
+                     "allowed: its outputs were removed (only code is graded) and it was graded")
+        data = code_only
+    return data, raw, notes
+
+
+def strip_outputs(data: dict) -> dict:
+    """The notebook without outputs, execution counts or attachments: what is graded of it."""
+    out = dict(data)
+    out["cells"] = []
+    for cell in data.get("cells", []):
+        if isinstance(cell, dict):
+            cell = {k: v for k, v in cell.items() if k != "attachments"}
+            if cell.get("cell_type") == "code":
+                cell["outputs"], cell["execution_count"] = [], None
+        out["cells"].append(cell)
+    return out
 
 
 def plan_cells(released, submitted, checks_module):
@@ -317,7 +351,7 @@ def grade_submission(student: str, chapter: str, notebook: Path, settings: Setti
     points = cell_points(workdir, chapter)
     result = Result(student, chapter, "graded", max_score=sum(points.values()), seed=settings.seed, device=settings.device, sandbox=settings.sandbox_mode)
     try:
-        submitted, raw = read_submission(Path(notebook))
+        submitted, raw, read_notes = read_submission(Path(notebook))
     except (ValueError, OSError) as exc:
         result.status, result.error = "invalid", str(exc)
         result.cells = [CellScore(gid, 0.0, p, "not graded: " + str(exc)) for gid, p in points.items()]
@@ -328,7 +362,7 @@ def grade_submission(student: str, chapter: str, notebook: Path, settings: Setti
     released = released_notebook(workdir, chapter)
     cells, notes, solutions = plan_cells(released, submitted, checks_module)
     by_cell, skip, calls_by_cell, run_notes = run_with_restarts(cells, checks_module, settings)
-    result.notes = notes + run_notes + [reason for i, reason in sorted(skip.items()) if not reason.startswith("not run")][:5]
+    result.notes = read_notes + notes + run_notes + [reason for i, reason in sorted(skip.items()) if not reason.startswith("not run")][:5]
     result.cells = judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings)
     result.score = sum(c.score for c in result.cells)
     write_autograded(workdir, result, released, submitted, cells, by_cell)

@@ -1,0 +1,67 @@
+"""What a notebook's format must not cost: only code is graded, so a notebook over the size limit only because of
+its outputs is graded without them, and an nbformat 3 notebook (an old Jupyter format) is converted; each with a
+note in the report. Through the real CLI."""
+
+import csv
+import json
+
+import nbformat
+import pytest
+
+from autograder.authoring import demo
+from autograder.grading.notebook import MAX_NOTEBOOK_BYTES
+from conftest import run_python
+
+CHAPTER = "02-qkv-attention"
+
+
+def grade(submissions, workdir):
+    done = run_python("-m", "autograder", "grade", str(submissions), "--workdir", str(workdir), "--device", "cpu",
+                      "--seed", "3", timeout=900)
+    rows = {}
+    with (workdir / "summary.csv").open(encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            rows.setdefault(row["student"], {})[row["cell"]] = row
+    return done, rows
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("formats")
+    submissions = root / "submissions"
+    reference = demo.filled_submission(CHAPTER)
+    max_score = None
+
+    big = nbformat.from_dict(json.loads(json.dumps(reference)))
+    first_code = next(c for c in big.cells if c.cell_type == "code")
+    first_code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * (MAX_NOTEBOOK_BYTES + 2**20))]
+    old = nbformat.convert(nbformat.from_dict(json.loads(json.dumps(reference))), 3)
+    huge_code = nbformat.from_dict(json.loads(json.dumps(reference)))
+    huge_code.cells.append(nbformat.v4.new_code_cell("# " + "y" * (MAX_NOTEBOOK_BYTES + 2**20)))
+    for student, nb, version in (("reference", reference, 4), ("big-outputs", big, 4), ("nbformat3", old, 3),
+                                 ("huge-code", huge_code, 4)):
+        path = submissions / student / CHAPTER / "exercises.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(nb, path, version=version)
+    assert (submissions / "big-outputs" / CHAPTER / "exercises.ipynb").stat().st_size > MAX_NOTEBOOK_BYTES
+    return grade(submissions, root / "work")
+
+
+def test_a_notebook_too_large_only_because_of_its_outputs_is_graded_without_them(graded):
+    done, rows = graded
+    reference, big = rows["reference"][""], rows["big-outputs"][""]
+    assert big["status"] == "graded" and big["score"] == reference["score"], (big, done.stdout[-2000:])
+    assert "outputs were removed" in big["message"], big
+
+
+def test_a_notebook_whose_code_alone_is_too_large_is_still_refused(graded):
+    _, rows = graded
+    row = rows["huge-code"][""]
+    assert row["status"] == "invalid" and "code alone" in row["message"], row
+
+
+def test_an_nbformat_3_notebook_is_converted_and_graded(graded):
+    _, rows = graded
+    reference, old = rows["reference"][""], rows["nbformat3"][""]
+    assert old["status"] == "graded" and old["score"] == reference["score"], old
+    assert "nbformat 3" in old["message"], old
