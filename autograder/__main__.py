@@ -18,6 +18,20 @@ from autograder.config import CELL_TIMEOUT_S
 DEFAULT_WORKDIR = registry.ROOT / "grading" / "run"
 
 
+def _only_ids_as_values(argv, options):
+    """argparse would read a student id that starts with '-' after --only as an option: each id that follows
+    --only, up to the next option of the command, is passed as --only=ID."""
+    out, taking = [], False
+    for token in argv:
+        if token == "--only":
+            taking = True
+            continue
+        if taking and (token == "--" or token.split("=", 1)[0] in options):
+            taking = False
+        out.append(f"--only={token}" if taking else token)
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m autograder", description="Build and grade the course's exercise notebooks.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -32,7 +46,7 @@ def main(argv=None):
     g = sub.add_parser("grade", help="autograde a folder <student>/<chapter-id>/exercises.ipynb", epilog=exit_status)
     g.add_argument("submissions", type=Path, help="folder of submissions, e.g. autograder/demo")
     g.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="where the gradebook, feedback and CSVs go (default: grading/run)")
-    g.add_argument("--only", nargs="+", metavar="STUDENT", default=None,
+    g.add_argument("--only", nargs="+", action="extend", metavar="STUDENT", default=None,
                    help="regrade only these students (their folder names); every other result in the workdir is kept")
     g.add_argument("--chapter", action="append", choices=registry.graded_chapters(), metavar="ID", default=None,
                    help="regrade only this chapter (repeatable); every other result in the workdir is kept")
@@ -65,6 +79,9 @@ def main(argv=None):
     f.add_argument("--port", type=int, default=8888, help="port (default 8888)")
     f.add_argument("--db", metavar="URL", default=None, help="as for grade")
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["grade"]:
+        argv = _only_ids_as_values(argv, set(g._option_string_actions))
     args = parser.parse_args(argv)
     if args.command == "build":
         from autograder.authoring import build, demo

@@ -65,3 +65,26 @@ def test_an_nbformat_3_notebook_is_converted_and_graded(graded):
     reference, old = rows["reference"][""], rows["nbformat3"][""]
     assert old["status"] == "graded" and old["score"] == reference["score"], old
     assert "nbformat 3" in old["message"], old
+
+
+def test_the_run_does_not_call_a_notebook_graded_that_could_not_be(graded):
+    done, rows = graded
+    statuses = [r[""]["status"] for r in rows.values()]
+    assert statuses.count("invalid") == 1 and statuses.count("graded") == 3, statuses
+    assert "4 notebook(s) graded" not in done.stdout, done.stdout[-1500:]
+    assert "4 notebook(s) run through the grader" in done.stdout, done.stdout[-1500:]
+    assert "This run: 3 notebook(s) graded, 1 could not be graded" in done.stdout, done.stdout[-1500:]
+
+
+def test_a_student_id_starting_with_a_dash_can_be_named_to_only(tmp_path):
+    submissions, workdir = tmp_path / "submissions", tmp_path / "work"
+    for student in ("-dash", "plain"):
+        path = submissions / student / CHAPTER / "exercises.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(demo.filled_submission(CHAPTER), path)
+    done = run_python("-m", "autograder", "grade", str(submissions), "--workdir", str(workdir), "--device", "cpu",
+                      "--seed", "3", "--only", "-dash", timeout=900)
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    with (workdir / "summary.csv").open(encoding="utf-8") as f:
+        graded = {row["student"] for row in csv.DictReader(f) if row["cell"] == "" and row["status"] == "graded"}
+    assert graded == {"-dash"}, graded

@@ -442,7 +442,8 @@ def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, inter
                   "skipped": [k.to_json() for k in found.selected_skipped], "ignored": found.ignored, "not_selected": len(found.subs) - len(selected)},
     ), out)
     if graded_now > 0:
-        print(f"\n{graded_now} notebook(s) graded in {elapsed:.1f} s ({elapsed / graded_now:.2f} s per notebook, {_who(workers, options)}).", file=out)
+        print(f"\n{graded_now} notebook(s) run through the grader in {elapsed:.1f} s ({elapsed / graded_now:.2f} s per notebook, "
+              f"{_who(workers, options)}); how many of them were graded is below.", file=out)
     for review in reviews:
         print(f"review: {review}", file=out)
     _print_account(found.selected_skipped, found.ignored, out, outcome, rows, graded_now)
