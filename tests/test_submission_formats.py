@@ -88,3 +88,15 @@ def test_a_student_id_starting_with_a_dash_can_be_named_to_only(tmp_path):
     with (workdir / "summary.csv").open(encoding="utf-8") as f:
         graded = {row["student"] for row in csv.DictReader(f) if row["cell"] == "" and row["status"] == "graded"}
     assert graded == {"-dash"}, graded
+
+
+def test_grades_csv_says_which_zeros_are_not_real_scores(graded):
+    done, rows = graded
+    workdir = None
+    for line in done.stdout.splitlines():
+        if line.startswith("grades:"):
+            workdir = line.split(":", 1)[1].strip().rsplit("/", 1)[0]
+    with open(f"{workdir}/grades.csv", encoding="utf-8") as f:
+        grades = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(f)}
+    assert grades[("reference", CHAPTER)]["status"] == "graded"
+    assert grades[("huge-code", CHAPTER)]["status"] == "invalid" and float(grades[("huge-code", CHAPTER)]["score"]) == 0

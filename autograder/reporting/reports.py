@@ -178,7 +178,13 @@ class CsvExport(ExportPlugin):
         from nbgrader.api import MissingEntry
 
         keys = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
-                "raw_score", "late_submission_penalty", "score", "max_score"]
+                "raw_score", "late_submission_penalty", "score", "max_score", "status"]
+        # A 0 that is not a real score says so: the status of the notebook's last result (graded, invalid, error,
+        # ...), of a skipped entry of the folder (zipped, misplaced, ...), or "not submitted". Read from the working
+        # directory this export is written into (also under `nbgrader export` there).
+        workdir = Path(self.to).resolve().parent if self.to else Path.cwd()
+        statuses = {(s.student, s.chapter): s.status for s in load_skipped(workdir) if s.chapter}
+        statuses.update({key: result.status for key, (result, _) in load_results(workdir).items()})
         rows = []
         for assignment in gradebook.assignments:
             if self.assignment and assignment.name not in self.assignment:
@@ -192,8 +198,10 @@ class CsvExport(ExportPlugin):
                 try:
                     submission = gradebook.find_submission(assignment.name, student.id)
                 except MissingEntry:
-                    row.update(timestamp="", raw_score=0.0, late_submission_penalty=0.0, score=0.0)
+                    row.update(timestamp="", raw_score=0.0, late_submission_penalty=0.0, score=0.0,
+                               status=statuses.get((student.id, assignment.name), "not submitted"))
                 else:
+                    row["status"] = statuses.get((student.id, assignment.name), "graded")
                     penalty = submission.late_submission_penalty or 0.0
                     row.update(timestamp=submission.timestamp, raw_score=submission.score, late_submission_penalty=penalty,
                                score=max(0.0, submission.score - penalty))
