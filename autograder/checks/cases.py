@@ -6,6 +6,7 @@ runs. The tolerances per dtype, the grader's weights for module exercises, and i
 (large_score_inputs) live here too: the grading host needs them, the authoring kit reuses them.
 """
 
+import contextlib
 import hashlib
 import math
 import os
@@ -182,6 +183,12 @@ class Call:
         """Does a Model argument of this call ask for its parameters after the call (a training step)? Such a
         function needs autograd, which the judge otherwise switches off around the reference."""
         return any(isinstance(a, Model) and a.state_after for a in (*self.args, *self.kwargs.values()))
+
+    def run(self, fn, args, kwargs):
+        """fn(*args, **kwargs) as the judge runs a reference or a catalogued mistake on this call's inputs: with
+        autograd on when the function updates its model, and with the model's parameters after the call appended."""
+        with torch.enable_grad() if self.updates_model() else contextlib.nullcontext():
+            return self.with_state_after(fn(*args, **kwargs), args, kwargs)
 
     def with_state_after(self, out, args, kwargs):
         """`out`, or (out, *parameters after the call) when a Model argument of this call is marked state_after;

@@ -6,7 +6,6 @@ for numbers a learner typed; reference_plan is the plan they share. run_local pl
 process; run_check(chapter, grade id, namespace) is what every notebook's hidden-tests cell runs.
 """
 
-import contextlib
 import importlib
 import sys
 from dataclasses import dataclass, field
@@ -111,15 +110,13 @@ def function_check(reference, cases_fn, names, mistakes=None, error_hints=None, 
 
     def reference_call(call, inputs=None):
         args, kwargs = inputs or call.inputs(functions)
-        with torch.enable_grad() if call.updates_model() else contextlib.nullcontext():
-            return call.with_state_after(reference(*args, **kwargs), args, kwargs)
+        return call.run(reference, args, kwargs)
 
     reference_call.__module__ = reference.__module__
 
     def run_mistake(wrong, call):
         args, kwargs = call.inputs(functions)
-        with torch.enable_grad() if call.updates_model() else contextlib.nullcontext():
-            return call.with_state_after(wrong(*args, **kwargs), args, kwargs)
+        return call.run(wrong, args, kwargs)
 
     def judge(calls, records, function=function or reference.__name__):
         if keyed:
@@ -332,8 +329,8 @@ def run_local(check: Check, fn, seed=None, device=None, namespace=None):
     # Classes that Model arguments name and the namespace lacks (a test passing the function alone): the reference's.
     models = {a.name: a.reference or vars(sys.modules[check.reference_call.__module__]).get(a.name)
               for c in calls for a in (*c.args, *c.kwargs.values()) if isinstance(a, Model)}
-    # Only the names the namespace lacks are added, in place when it is the notebook's own dict: a course-given class
-    # in it reads the notebook's globals, where the callee recorders are installed (a copy would leave them unseen).
+    # Only names the namespace lacks are added; a notebook namespace that lacks none is used as it is, since a
+    # course-given class in it reads the notebook's globals, where the callee recorders are installed.
     extra = {k: v for k, v in {**models, **check.given}.items() if v is not None and k not in namespace}
     if extra:
         namespace = {**extra, **namespace}
