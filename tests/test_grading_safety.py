@@ -506,7 +506,7 @@ def test_sandboxed_processes_are_all_gone(batch):
         rows = subprocess.run(["ps", "-eo", "uid=,pid=,etimes=,args="], capture_output=True, text=True).stdout.splitlines()
         return [line for line in rows if int(line.split()[0]) >= sandbox.SANDBOX_UID_BASE and int(line.split()[2]) >= since_end]
 
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # a leak stays for good; a loaded machine may take seconds to tear down
     while leftover() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not leftover(), f"processes of sandbox users survive the batch: {leftover()}"
