@@ -61,6 +61,8 @@ def main(argv=None):
     g.add_argument("--course-config", type=Path, default=None,
                    help="due dates, extensions and late penalty (TOML; default: <workdir>/course.toml, or the file an earlier run used)")
     g.add_argument("--restart", action="store_true", help="ignore the results of an earlier (interrupted) run in this workdir and grade everything again")
+    g.add_argument("--take-latest", action="store_true",
+                   help="let a resubmission that cannot be graded (invalid) replace a graded earlier version; by default the earlier version's result stands and the report says so")
     g.add_argument("--allow-unsandboxed", action="store_true", help="grade even if no sandbox is available (trusted submissions only; a loud warning is printed)")
     g.add_argument("--db", metavar="URL", default=None, help="the gradebook: any SQLAlchemy URL nbgrader accepts, e.g. postgresql+psycopg://grader@dbhost:5432/course (default: the one in <workdir>/nbgrader_config.py, else SQLite <workdir>/gradebook.db)")
     g.add_argument("--scheduler", metavar="tcp://HOST:8786", default=None,
@@ -107,6 +109,7 @@ def main(argv=None):
                 allow_unsandboxed=args.allow_unsandboxed, restart=args.restart, memory_mb=args.memory_mb,
                 notebook_memory_mb=args.notebook_memory_mb, notebook_timeout=args.notebook_timeout,
                 only=args.only, chapters=args.chapter, course_config=args.course_config, db=args.db, scheduler=args.scheduler,
+                take_latest=args.take_latest,
             )
             outcome = grade(args.submissions, args.workdir, options)
             return outcome.exit_status

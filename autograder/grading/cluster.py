@@ -84,15 +84,32 @@ def code_version() -> str:
     """A fingerprint of what decides a score: the grading code, the checks, the reference solutions and the
     versions of torch and numpy. A worker host with another one refuses to grade (its scores could differ). The
     build of torch does not count (2.13.0+cpu on a CPU host, a CUDA build of 2.13.0 on a GPU host)."""
+    return _fingerprint(_grading_files() + sorted((registry.ROOT / "autograder" / "checks").glob("ch*.py")))
+
+
+@functools.lru_cache(maxsize=None)
+def checks_version(chapter: str) -> str:
+    """The same fingerprint for one chapter: the grading code, the check library, this chapter's checks and every
+    reference solution (a chapter's checks may use an earlier chapter's). A result graded under another one is
+    graded again: a fix to a chapter's hidden checks reaches every learner of that chapter, and no other chapter."""
+    return _fingerprint(_grading_files() + [registry.ROOT / "autograder" / "checks" / f"{registry.module_name(chapter)}.py"])
+
+
+def _grading_files() -> list:
+    root = registry.ROOT
+    files = [root / "autograder" / name for name in ("registry.py", "results.py", "grading/notebook.py", "grading/sandbox.py", "grading/shortcuts.py",
+                                                     "reporting/feedback.py")]
+    files += sorted(p for p in (root / "autograder" / "checks").glob("*.py") if not p.name.startswith("ch"))
+    return files + sorted((root / "solutions").glob("*.py"))
+
+
+def _fingerprint(files) -> str:
     import numpy
     import torch
 
     digest = hashlib.sha256(f"torch {torch.__version__.split('+')[0]} numpy {numpy.__version__}\n".encode())
     root = registry.ROOT
-    files = [root / "autograder" / name for name in ("registry.py", "results.py", "grading/notebook.py", "grading/sandbox.py", "grading/shortcuts.py",
-                                                     "reporting/feedback.py")]
-    files += sorted((root / "autograder" / "checks").glob("*.py")) + sorted((root / "solutions").glob("*.py"))
-    for path in files:
+    for path in sorted(set(files)):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 

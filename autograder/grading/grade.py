@@ -22,11 +22,13 @@ and `--chapter ID` regrade a selection and keep everything else.
 """
 
 import contextlib
+import csv
 import difflib
 import hashlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import sys
 import time
@@ -37,14 +39,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from autograder.grading import cluster, intake, lock, sandbox
+from autograder.grading import cluster, history, intake, lock, sandbox
 from autograder import registry
 from autograder.reporting import reports
 from autograder.reporting import gradebook as gradebook_db
 from autograder.authoring.build import generate_assignments
 from autograder.config import CELL_TIMEOUT_S, COURSE_CONFIG, CourseConfigError, load_course_settings, nbgrader_api
 from autograder.reporting.latepenalty import apply_due_dates, assign_penalties
-from autograder.results import Settings
+from autograder.results import Result, Settings, atomic_open
 
 NO_SANDBOX_WARNING = """
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
@@ -210,6 +212,7 @@ class GradeOptions:
     course_config: Path | None = None
     db: str | None = None  # gradebook URL (default: SQLite in the working directory)
     scheduler: str | None = None  # a running Dask scheduler's address
+    take_latest: bool = False  # a resubmission that cannot be graded replaces a graded earlier version
 
 
 @dataclass
@@ -248,9 +251,10 @@ def _grade(submissions: Path, workdir: Path, options: GradeOptions, out) -> Outc
     _announce_run(submissions, found, settings, workers, options, out)
     api = nbgrader_api(workdir, options.cell_timeout, found.settings_file, found.db_url)
     releases = _release(workdir, found.selected, api)
-    done, todo = _already_graded(workdir, found, options, settings, releases, out)
-    results, unsaved, reviews, interrupted, elapsed = _grade_jobs(workdir, found, todo, done, settings, workers, releases, options, out)
-    return _finish(workdir, found, results, done, unsaved, reviews, interrupted, elapsed, settings, workers, api, options, out)
+    changes = Changes(workdir, releases)
+    done, todo = _already_graded(workdir, found, options, settings, releases, changes, out)
+    results, unsaved, reviews, interrupted, elapsed = _grade_jobs(workdir, found, todo, done, settings, workers, releases, options, changes, out)
+    return _finish(workdir, found, results, done, unsaved, reviews, interrupted, elapsed, settings, workers, api, options, changes, out)
 
 
 def _discover(submissions: Path, workdir: Path, options: GradeOptions, out) -> _Found:
@@ -349,21 +353,29 @@ def _who(workers, options: GradeOptions) -> str:
 
 
 def _release(workdir: Path, selected, api) -> dict:
-    """nbgrader generate_assignment for the chapters graded (the trusted templates); {chapter: release hash}."""
+    """nbgrader generate_assignment for the chapters graded (the trusted templates); {chapter: what a saved result
+    must have been graded with to be kept: the released notebook's hash + the chapter's checks fingerprint}. A fix
+    to a chapter's hidden checks (or solutions, or grading code) therefore regrades that chapter on the next run."""
     graded_chapters = sorted({s.chapter for s in selected})
     if graded_chapters:
         generate_assignments(workdir, graded_chapters, api)
-    return {chapter: _release_hash(workdir, chapter) for chapter in graded_chapters}
+    return {chapter: f"{_release_hash(workdir, chapter)}+checks:{cluster.checks_version(chapter)}" for chapter in graded_chapters}
 
 
-def _already_graded(workdir: Path, found: _Found, options: GradeOptions, settings: Settings, releases: dict, out):
-    """(results kept from an earlier run of the same seed, device and release; submissions still to grade)."""
+def _already_graded(workdir: Path, found: _Found, options: GradeOptions, settings: Settings, releases: dict, changes, out):
+    """(results kept from an earlier run of the same seed, device and release; submissions still to grade). Every
+    submission's content is recorded in its history first (identical content keeps its first submission time)."""
     done, todo = {}, []
     for sub in found.selected:
-        result = None if (options.restart or found.forced) else load_done(workdir, sub.student, sub.chapter, sub.path, settings.seed, settings.device, releases[sub.chapter])
+        history.receive(workdir, sub, _sha256(sub.path))
+        fresh = options.restart or found.forced
+        result = None if fresh else load_done(workdir, sub.student, sub.chapter, sub.path, settings.seed, settings.device, releases[sub.chapter])
+        held = None if fresh or result or options.take_latest else _still_held(workdir, sub, settings, releases[sub.chapter], changes)
         if result:
             done[(sub.student, sub.chapter)] = result
             reports.update_intake(workdir, sub.student, sub.chapter, sub.intake())
+        elif held:
+            done[(sub.student, sub.chapter)] = held
         else:
             todo.append(sub)
     kept = len(set(reports.load_results(workdir)) - {(s.student, s.chapter) for s in found.selected})
@@ -375,7 +387,122 @@ def _already_graded(workdir: Path, found: _Found, options: GradeOptions, setting
     return done, todo
 
 
-def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, workers, releases, options: GradeOptions, out):
+CHANGES_FILE = "changes.csv"
+HELD_NOTE = "resubmitted"  # the note on a standing result over a resubmission that could not be graded
+
+
+class Changes:
+    """What this run changed, notebook by notebook, against the results saved before it: new, regraded (score
+    before -> after), held (a resubmission that could not be graded; the earlier version stands)."""
+
+    def __init__(self, workdir: Path, releases: dict):
+        self.before, self.checks = {}, {}
+        for student, chapter in reports.load_results(workdir):
+            saved = reports.load_saved(workdir, student, chapter)
+            if saved is not None:
+                self.before[(student, chapter)], self.checks[(student, chapter)] = saved["result"], saved.get("release")
+        self.release = releases
+        self.entries = []
+
+    def graded(self, result: Result, sha256: str):
+        old = self.before.get((result.student, result.chapter))
+        after = _points(result)
+        if old is None:
+            self.entries.append(self._entry(result, "new", "", after, ""))
+        else:
+            why = "same content" if old.sha256 and old.sha256 == sha256 else "a new version"
+            if why == "same content" and self.checks.get((result.student, result.chapter)) != self.release.get(result.chapter):
+                why += ", the course's notebook or checks changed"
+            self.entries.append(self._entry(result, "regraded", _points(old), after, why))
+
+    def held(self, result: Result, earlier: Result, note: str):
+        self.entries.append(self._entry(result, "held", _points(earlier), _points(earlier), note))
+
+    @staticmethod
+    def _entry(result, change, before, after, note):
+        return {"student": result.student, "chapter": result.chapter, "change": change, "before": before, "after": after, "note": note}
+
+    def print(self, out):
+        if not self.entries:
+            return
+        moved = [e for e in self.entries if e["change"] != "regraded" or e["before"] != e["after"]]
+        print(f"\nChanges since the last run: {sum(e['change'] == 'new' for e in self.entries)} new, "
+              f"{sum(e['change'] == 'regraded' for e in self.entries)} regraded "
+              f"({sum(e['change'] == 'regraded' and e['before'] != e['after'] for e in self.entries)} with another score), "
+              f"{sum(e['change'] == 'held' for e in self.entries)} held (all in {CHANGES_FILE}):", file=out)
+        for e in moved[:ACCOUNT_LINES]:
+            what = {"new": f"new          {e['after']}", "regraded": f"regraded     {e['before']} -> {e['after']} ({e['note']})",
+                    "held": f"held         {e['after']} stands: {e['note']}"}[e["change"]]
+            print(f"  {e['student']}/{e['chapter']}: {what}"[:240], file=out)
+        if len(moved) > ACCOUNT_LINES:
+            print(f"  ... and {len(moved) - ACCOUNT_LINES} more in {CHANGES_FILE}", file=out)
+
+    def write_csv(self, path: Path):
+        with atomic_open(path) as f:
+            writer = csv.DictWriter(f, fieldnames=["student", "chapter", "change", "before", "after", "note"])
+            writer.writeheader()
+            writer.writerows(self.entries)
+
+
+def _points(result: Result) -> str:
+    return f"{result.status} {result.score:g}/{result.max_score:g}" if result.status == "graded" else result.status
+
+
+def _earlier_stands(workdir: Path, sub, result: Result):
+    """The saved record of a graded earlier version that stands over this result, which could not be graded
+    (invalid), or None: a resubmission that cannot be graded never replaces a graded one silently."""
+    if result.status in ("graded", "error"):
+        return None
+    saved = reports.load_saved(workdir, sub.student, sub.chapter)
+    if saved is None or saved["result"].status != "graded":
+        return None
+    return saved
+
+
+def _hold(workdir: Path, sub, sha: str, result: Result, saved: dict, settings: Settings, release: str, changes: Changes):
+    """Keep the earlier version's result (results/, gradebook, submitted/ and autograded/ stay that version's) and
+    say so on it, in every report, until a gradable version comes or the instructor passes --take-latest."""
+    earlier = saved["result"]
+    reason = (result.error or result.first_problem or result.status).splitlines()[0]
+    reason = reason if len(reason) <= 100 else reason[:99] + "…"
+    note = (f"{HELD_NOTE}: the new version could not be graded ({result.status}: {reason}); the earlier version, "
+            f"{earlier.score:g}/{earlier.max_score:g}, stands (--take-latest grades the new version instead)")
+    history.mark(workdir, sub.student, sub.chapter, sha, status=result.status, message=reason, held=True,
+                 seed=settings.seed, device=settings.device, release=release, note=note)
+    history.restore_submitted(workdir, sub.student, sub.chapter, earlier.sha256,
+                              workdir / "submitted" / sub.student / sub.chapter / f"{registry.NOTEBOOK}.ipynb")
+    intake_record = dict(saved.get("intake") or {})
+    intake_record["notes"] = [note] + [n for n in intake_record.get("notes", []) if not n.startswith(HELD_NOTE)]
+    reports.update_intake(workdir, sub.student, sub.chapter, intake_record)
+    _keep_time_of(sub, intake_record, workdir)
+    changes.held(result, earlier, f"the new version is {result.status}; --take-latest grades it instead")
+
+
+def _still_held(workdir: Path, sub, settings: Settings, release: str, changes: Changes):
+    """A resubmission held on an earlier run (same content, seed, device, course notebook) is not run again: its
+    status for this run's account, or None."""
+    entry = history.held_version(workdir, sub.student, sub.chapter, _sha256(sub.path), settings.seed, settings.device, release)
+    saved = reports.load_saved(workdir, sub.student, sub.chapter) if entry else None
+    if saved is None or saved["result"].status != "graded":
+        return None
+    _keep_time_of(sub, saved.get("intake") or {}, workdir)
+    held = Result(sub.student, sub.chapter, entry.get("status", "invalid"), error=entry.get("message", ""),
+                  seed=settings.seed, device=settings.device)
+    changes.held(held, saved["result"], f"the new version is {held.status}; --take-latest grades it instead")
+    return held
+
+
+def _keep_time_of(sub, intake_record: dict, workdir: Path):
+    """The standing version's submission time is the one the gradebook keeps (and nbgrader's timestamp.txt)."""
+    when = intake_record.get("timestamp")
+    sub.timestamp = _parse_iso(when)
+    sub.timestamp_source = intake_record.get("timestamp_source", "")
+    stamp = workdir / "submitted" / sub.student / sub.chapter / "timestamp.txt"
+    if sub.timestamp is not None and stamp.parent.is_dir():
+        stamp.write_text(sub.timestamp.isoformat(sep=" ") + "\n", encoding="utf-8")
+
+
+def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, workers, releases, options: GradeOptions, changes, out):
     """Grade the notebooks on the cluster; save each result at once and record it in the gradebook (this process is
     its one writer). Returns (results, unsaved, reviews, interrupted, seconds); the gradebook stays open for _finish."""
     gradebook = _connect(found.db_url)
@@ -399,10 +526,19 @@ def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, wo
                                      before_submit=lambda sub: _copy_submitted(workdir, sub), started=announce, out=out)
             with contextlib.closing(jobs):
                 for sub, result in jobs:
-                    if result.status != "error":
-                        reports.save_result(workdir, result, _sha256(sub.path), releases[sub.chapter], sub.intake())
+                    sha = _sha256(sub.path)
+                    earlier = None if options.take_latest else _earlier_stands(workdir, sub, result)
+                    if earlier is not None:  # not gradable, and a graded earlier version stands: nothing recorded
+                        _hold(workdir, sub, sha, result, earlier, settings, releases[sub.chapter], changes)
+                    elif result.status != "error":
+                        reports.save_result(workdir, result, sha, releases[sub.chapter], sub.intake())
                         with gradebook_db.transaction(gradebook):  # this process is the gradebook's one writer
                             reviews += reports.record_results(gradebook, [result])
+                        history.mark(workdir, sub.student, sub.chapter, sha, status=result.status, score=result.score,
+                                     max_score=result.max_score, held=False)
+                        if result.status != "graded":  # formgrader must not show an earlier version's verdicts
+                            shutil.rmtree(workdir / "autograded" / sub.student / sub.chapter, ignore_errors=True)
+                        changes.graded(result, sha)
                     else:  # not saved: the same command tries it again
                         unsaved.append((result, sub.intake()))
                     results[(sub.student, sub.chapter)] = result
@@ -423,7 +559,7 @@ def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, wo
 
 
 def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, interrupted, elapsed, settings: Settings, workers, api,
-            options: GradeOptions, out) -> Outcome:
+            options: GradeOptions, changes, out) -> Outcome:
     """The account of what could not be graded, the reports rebuilt from the whole working directory, the table."""
     # What could not be graded: this run's account replaces the earlier one for the students it looked at.
     looked_at = {s.student for s in found.subs} | {k.student for k in found.skipped}
@@ -440,12 +576,15 @@ def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, inter
         limits=vars(limits), memory=sandbox.describe_memory(limits) if mode != "none" else "", course_config=str(found.settings_file.path or ""), selection={"only": sorted(options.only or []), "chapters": sorted(options.chapters or [])},
         this_run={"graded": sum(r.status == "graded" for r in outcome), "not_graded": [f"{r.student}/{r.chapter}: {r.status}" for r in outcome if r.status != "graded"],
                   "skipped": [k.to_json() for k in found.selected_skipped], "ignored": found.ignored, "not_selected": len(found.subs) - len(selected)},
+        changes=changes.entries,
     ), out)
+    changes.write_csv(workdir / CHANGES_FILE)
     if graded_now > 0:
         print(f"\n{graded_now} notebook(s) run through the grader in {elapsed:.1f} s ({elapsed / graded_now:.2f} s per notebook, "
               f"{_who(workers, options)}); how many of them were graded is below.", file=out)
     for review in reviews:
         print(f"review: {review}", file=out)
+    changes.print(out)
     _print_account(found.selected_skipped, found.ignored, out, outcome, rows, graded_now)
     _print_outputs(workdir, out)
     if mode == "none" and selected:
