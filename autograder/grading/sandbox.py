@@ -290,7 +290,9 @@ def gpu_check(sandbox_mode: str, limits: Limits, device: str = "cuda") -> str | 
 
 
 def command(job_dir: Path, sandbox_mode: str, limits: Limits) -> list[str]:
-    python = str(Path(sys.prefix) / "bin" / "python")
+    # The venv's real path: the binds below are resolved, so a venv reached through a symbolic link (a shared
+    # venv linked into a checkout) would otherwise be missing inside the sandbox (every notebook: status 127).
+    python = str(Path(sys.prefix).resolve() / "bin" / "python")
     env = {"HOME": "/tmp", "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp", "OMP_NUM_THREADS": "1", "LANG": "C.UTF-8"}
     # The learner's code uses the same CPU kernels as the reference it is compared with (outside the sandbox).
     if os.environ.get("ATEN_CPU_CAPABILITY"):
