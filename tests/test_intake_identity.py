@@ -237,8 +237,8 @@ UNSAFE = {
     "tar-symlink": (lambda p: tar_with(p / "alice.tar.gz", lambda tf: _tar_file(tf, "link", b"", type=tarfile.SYMTYPE, linkname="/etc/passwd")), "symbolic link"),
     "tar-hardlink": (lambda p: tar_with(p / "alice.tgz", lambda tf: _tar_file(tf, "link", b"", type=tarfile.LNKTYPE, linkname="/etc/passwd")), "hard link"),
     "tar-device": (lambda p: tar_with(p / "alice.tar.gz", lambda tf: _tar_file(tf, "fifo", b"", type=tarfile.FIFOTYPE)), "not a regular file"),
-    "corrupt": (lambda p: (p / "alice.zip").write_bytes(b"PK\x03\x04 not really a zip") and p / "alice.zip", "could not be read"),
-    "truncated-tar": (lambda p: (p / "alice.tar.gz").write_bytes(b"\x1f\x8b\x08\x00garbage"), "could not be read"),
+    "corrupt": (lambda p: (p / "alice.zip").write_bytes(b"PK\x03\x04 not really a zip") and p / "alice.zip", "could not be unpacked"),
+    "truncated-tar": (lambda p: (p / "alice.tar.gz").write_bytes(b"\x1f\x8b\x08\x00garbage"), "could not be unpacked"),
 }
 
 
@@ -273,7 +273,7 @@ def test_an_archive_whose_declared_size_lies_is_refused(tmp_path):
     assert raw.count(size) == 2  # the local header and the central directory
     path.write_bytes(bytes(raw).replace(size, (10).to_bytes(4, "little")))
     _, skipped = discover(tmp_path / "s", tmp_path)
-    assert skipped[("liar", "")].status == "archive" and "could not be read" in skipped[("liar", "")].message
+    assert skipped[("liar", "")].status == "archive" and "could not be unpacked" in skipped[("liar", "")].message
 
 
 def test_archives_inside_a_students_folder_are_unpacked_with_a_note(tmp_path):

@@ -9,16 +9,32 @@ where it was found) or as a `Skipped` entry with a status and a message for the 
   valid UTF-8 are refused (status `refused`), as are symbolic links (never followed);
 - in a chapter folder, `exercises.ipynb` is graded; a notebook under another name (`Exercises (1).ipynb`)
   is graded with a note when it is the only one; several candidates are `ambiguous` (nothing graded);
-- a notebook directly in the student's folder is matched to its chapter by its cells (nbgrader grade ids)
-  and graded with a note; a folder that is not a chapter is `unknown-chapter`, with "did you mean ...?";
+- a notebook is graded as the chapter its cells belong to (its nbgrader grade ids, and the exercises'
+  names it defines, counting only those of one chapter: `imports` or `check_helpers` say nothing), with a
+  note when that is not the folder it was in. A notebook leaves its chapter folder only when another chapter
+  clearly wins (at least MOVE_MIN of its cells, more than twice the folder's); the folder's chapter is then
+  `missing`. A readable notebook with nothing of any chapter is `unrecognised` ("download exercises.ipynb
+  again and paste your code into it"); one the grader cannot read stays its folder's (graded `invalid`);
+- a notebook directly in the student's folder is graded as its chapter, with a note; a folder that is not
+  a chapter is `unknown-chapter`, with "did you mean ...?";
+- one notebook per chapter and student: identical copies (a folder and an archive of the same work) are
+  graded once, with a note; different notebooks claiming one chapter are `ambiguous`, both listed, none graded;
+- archives (.zip, .tar, .tar.gz/.tgz, .tar.bz2, .tar.xz) where a student's folder was expected (alice.zip
+  is alice's) or inside it (alice/submission.zip, alice/02-qkv-attention.zip) are unpacked into the working
+  directory (<workdir>/unpacked/, once per content; a changed archive replaces the older copy) and graded
+  with a note "unpacked from ...". An archive with absolute or `..` paths, links or special files, more than
+  MAX_ARCHIVE_MEMBERS members or MAX_UNPACKED_BYTES bytes, an archive inside an archive, or a corrupt one is
+  not unpacked: status `archive`, with the reason and the command to unpack it by hand;
 - an empty folder, or a chapter folder without a notebook, is `missing`; a file where a student's folder
-  was expected is `stray`; other files in a student's folder are noted on that student's submissions.
+  was expected is `stray`; other files in a student's folder are noted on that student's submissions;
+  hidden entries (.DS_Store, .ipynb_checkpoints) and __MACOSX/ are left out, in archives too.
 
 Submission times: nbgrader's `timestamp.txt` in the chapter folder when present, else the notebook file's
-modification time; which one was used is recorded with the time.
+modification time (for an archive, the archive's); which one was used is recorded with the time.
 """
 
 import difflib
+import errno
 import hashlib
 import json
 import lzma
@@ -229,6 +245,9 @@ def moved_to(folder_chapter: str, evidence: dict) -> str | None:
 # --- Archives ----------------------------------------------------------------------------------------------
 
 
+_WORKDIR_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+
+
 class ArchiveError(Exception):
     """Why an archive was not unpacked (unsafe, too large, corrupt)."""
 
@@ -347,7 +366,9 @@ def unpack(archive: Path, into: Path) -> Path:
         except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError,
                 NotImplementedError, RuntimeError, ValueError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise ArchiveError(f"it could not be read ({type(exc).__name__}: {printable(str(exc))[:120]})") from None
+            if isinstance(exc, OSError) and exc.errno in _WORKDIR_FAULTS:
+                raise  # the working directory's fault (full, read-only), not the archive's
+            raise ArchiveError(f"it could not be unpacked ({type(exc).__name__}: {printable(str(exc))[:120]})") from None
         os.replace(tmp, dest)
     mtime = archive.stat().st_mtime
     for path in dest.rglob("*"):
