@@ -2,7 +2,8 @@
 
 The steps:
 1. `autograder.grading.intake` finds the submissions and accounts for everything else in the folder (each entry
-   that cannot be graded gets a status: missing, ambiguous, unknown-chapter, refused, stray).
+   that cannot be graded gets a status: missing, ambiguous, unknown-chapter, unrecognised, archive, refused,
+   stray); archives are unpacked into <workdir>/unpacked/.
 2. nbgrader `generate_assignment` fills the gradebook and the released notebooks (the trusted templates).
 3. Each submission is graded on its own by `autograder.grading.notebook`, as a job on Dask (`autograder.grading.cluster`): an
    embedded cluster of N single-threaded worker processes on this machine (default: all cores), or a running
@@ -264,7 +265,7 @@ def _discover(submissions: Path, workdir: Path, options: GradeOptions, out) -> _
     db_url, has_gradebook = gradebook_url(workdir, options.db)
     if options.restart:  # a fresh seed (unless --seed) and device; the course configuration stays
         state = {}
-    subs, skipped, ignored = intake.discover(submissions, exclude=workdir)
+    subs, skipped, ignored = intake.discover(submissions, exclude=workdir, unpack_into=workdir / "unpacked")
     selected, selected_skipped, chosen = _select(subs, skipped, options.only, options.chapters)
     forced = bool(options.only or options.chapters)
     if not selected and not (selected_skipped and has_gradebook):

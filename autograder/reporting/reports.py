@@ -183,7 +183,12 @@ class CsvExport(ExportPlugin):
         # ...), of a skipped entry of the folder (zipped, misplaced, ...), or "not submitted". Read from the working
         # directory this export is written into (also under `nbgrader export` there).
         workdir = Path(self.to).resolve().parent if self.to else Path.cwd()
-        statuses = {(s.student, s.chapter): s.status for s in load_skipped(workdir) if s.chapter}
+        skipped = load_skipped(workdir)
+        statuses = {(s.student, s.chapter): s.status for s in skipped if s.chapter}
+        whole = {}  # an entry of the whole student (alice.zip not unpacked, an empty folder): for each chapter
+        for s in skipped:
+            if not s.chapter:
+                whole.setdefault(s.student, s.status)
         statuses.update({key: result.status for key, (result, _) in load_results(workdir).items()})
         rows = []
         for assignment in gradebook.assignments:
@@ -199,7 +204,7 @@ class CsvExport(ExportPlugin):
                     submission = gradebook.find_submission(assignment.name, student.id)
                 except MissingEntry:
                     row.update(timestamp="", raw_score=0.0, late_submission_penalty=0.0, score=0.0,
-                               status=statuses.get((student.id, assignment.name), "not submitted"))
+                               status=statuses.get((student.id, assignment.name), whole.get(student.id, "not submitted")))
                 else:
                     row["status"] = statuses.get((student.id, assignment.name), "graded")
                     penalty = submission.late_submission_penalty or 0.0
