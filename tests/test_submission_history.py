@@ -85,6 +85,13 @@ def runs(tmp_path_factory):
     record.write_text(json.dumps(data))
     out["checks_fixed"] = grade(subs, workdir)
     out["changes_checks_fixed"] = rows(workdir / "changes.csv")
+    # carol leaves the class (her folder is removed): her result stays, and says so.
+    (path["carol"]).unlink()
+    for folder in (path["carol"].parent, path["carol"].parent.parent):
+        folder.rmdir()
+    out["carol_gone"] = grade(subs, workdir)
+    out["grades_gone"] = grades(workdir)
+    out["carol_gone_row"] = notebook_row(workdir, "carol")
     out["workdir"] = workdir
     out["reference"] = reference
     return out
@@ -153,3 +160,12 @@ def test_a_fix_to_the_hidden_checks_regrades_what_was_graded_with_the_old_ones(r
     (change,) = runs["changes_checks_fixed"]
     assert change["student"] == "carol" and change["change"] == "regraded", change
     assert change["note"] == "same content, the course's notebook or checks changed" and change["after"] == "graded 13/13"
+
+
+def test_a_graded_student_no_longer_in_the_folder_keeps_the_score_with_status_gone(runs):
+    gone = runs["carol_gone"]
+    assert gone.returncode == 1, "alice's invalid notebook still counts as not graded"
+    assert "gone        1 graded notebook(s) no longer in the folder (carol/02-qkv-attention)" in gone.stdout, gone.stdout[-2000:]
+    carol = runs["grades_gone"]["carol"]
+    assert carol["status"] == "gone" and float(carol["raw_score"]) == FULL, carol
+    assert runs["carol_gone_row"]["status"] == "gone" and "no folder carol/ any more" in runs["carol_gone_row"]["message"]

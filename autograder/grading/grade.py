@@ -47,7 +47,7 @@ from autograder.reporting import gradebook as gradebook_db
 from autograder.authoring.build import generate_assignments
 from autograder.config import CELL_TIMEOUT_S, COURSE_CONFIG, CourseConfigError, load_course_settings, nbgrader_api
 from autograder.reporting.latepenalty import apply_due_dates, assign_penalties
-from autograder.results import Result, Settings, atomic_open
+from autograder.results import Result, Settings, Skipped, atomic_open
 
 NO_SANDBOX_WARNING = """
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
@@ -564,8 +564,9 @@ def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, inter
     """The account of what could not be graded, the reports rebuilt from the whole working directory, the table."""
     # What could not be graded: this run's account replaces the earlier one for the students it looked at.
     looked_at = {s.student for s in found.subs} | {k.student for k in found.skipped}
-    earlier = [k for k in reports.load_skipped(workdir) if not (k.student in looked_at and found.chosen(k.student, k.chapter))]
-    reports.save_skipped(workdir, earlier + found.selected_skipped)
+    earlier = [k for k in reports.load_skipped(workdir) if not (k.student in looked_at and found.chosen(k.student, k.chapter)) and k.status != "gone"]
+    gone = _gone(workdir, found)
+    reports.save_skipped(workdir, earlier + found.selected_skipped + gone)
 
     selected, limits, mode = found.selected, settings.limits, settings.sandbox_mode
     outcome = Outcome(results[(s.student, s.chapter)] for s in selected if (s.student, s.chapter) in results)
@@ -587,6 +588,10 @@ def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, inter
         print(f"review: {review}", file=out)
     changes.print(out)
     _print_account(found.selected_skipped, found.ignored, out, outcome, rows, graded_now)
+    if gone:
+        listed = ", ".join(f"{k.student}/{k.chapter}" for k in gone[:5]) + (", ..." if len(gone) > 5 else "")
+        print(f"  gone        {len(gone)} graded notebook(s) no longer in the folder ({listed}): their scores stay, with status "
+              "gone (renamed, withdrawn or moved?)", file=out)
     _print_outputs(workdir, out)
     if mode == "none" and selected:
         print(NO_SANDBOX_WARNING, file=out)
@@ -594,6 +599,21 @@ def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, inter
         print(f"\nInterrupted after {len(outcome)} of {len(selected)} notebook(s). Everything above is saved; "
               "run the same command again to grade the rest (same seed, nothing graded twice).", file=out)
     return outcome
+
+
+def _gone(workdir: Path, found: _Found) -> list:
+    """Saved results (of the selection) whose notebook is no longer in the folder: a student renamed or withdrawn,
+    a notebook moved. Their scores stay; the status `gone` says so in every report (not counted as a failure)."""
+    present = {(s.student, s.chapter) for s in found.subs} | {(k.student, k.chapter) for k in found.skipped if k.chapter}
+    folders = {s.student for s in found.subs} | {k.student for k in found.skipped}
+    gone = []
+    for student, chapter in reports.load_results(workdir):
+        if (student, chapter) in present or not found.chosen(student, chapter):
+            continue
+        where = (f"{student}/ holds no {chapter} notebook any more" if student in folders else
+                 f"no folder {student}/ any more (renamed, withdrawn or moved?)")
+        gone.append(Skipped(student, chapter, "gone", f"graded earlier, no longer in the submissions folder: {where}", f"{student}/{chapter}"))
+    return gone
 
 
 def rebuild_reports(workdir: Path, api, unsaved=(), run=None, out=sys.stdout):
@@ -685,7 +705,7 @@ def _report(workdir: Path, course_config, out, db) -> int:
         print(f"review: {review}", file=out)
     print("\n" + reports.summary_line(rows), file=out)
     _print_outputs(workdir, out)
-    return EXIT_OK if all(r.status == "graded" for r in rows) else EXIT_NOT_ALL_GRADED
+    return EXIT_OK if all(r.status in ("graded", "gone") for r in rows) else EXIT_NOT_ALL_GRADED
 
 
 def _parse_iso(text):

@@ -27,7 +27,8 @@ where it was found) or as a `Skipped` entry with a status and a message for the 
   not unpacked: status `archive`, with the reason and the command to unpack it by hand;
 - an empty folder, or a chapter folder without a notebook, is `missing`; a file where a student's folder
   was expected is `stray`; other files in a student's folder are noted on that student's submissions;
-  hidden entries (.DS_Store, .ipynb_checkpoints) and __MACOSX/ are left out, in archives too.
+  hidden entries (.DS_Store, .ipynb_checkpoints) and what an OS or tool leaves (__MACOSX/, __pycache__/,
+  Thumbs.db) are left out, in archives too.
 
 Submission times: nbgrader's `timestamp.txt` in the chapter folder when present, else the notebook file's
 modification time (for an archive, the archive's); which one was used is recorded with the time.
@@ -69,6 +70,7 @@ STATUSES = {
     "archive": "an archive that was not unpacked (unsafe, too large or corrupt)",
     "refused": "unsafe name or symbolic link",
     "stray": "a file where a student's folder was expected",
+    "gone": "graded earlier, no longer in the folder",
 }
 
 
@@ -164,7 +166,14 @@ def submission_time(chapter_dir: Path, notebook: Path):
 
 def _visible(folder: Path):
     """Entries of a folder, hidden ones (.DS_Store, .ipynb_checkpoints) left out, sorted."""
-    return sorted((p for p in folder.iterdir() if not p.name.startswith(".") and p.name != "__MACOSX"), key=lambda p: p.name)
+    return sorted((p for p in folder.iterdir() if not _hidden(p.name)), key=lambda p: p.name)
+
+
+JUNK = ("__MACOSX", "__pycache__", "Thumbs.db", "desktop.ini")  # made by an OS or a tool, never by a student
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".") or name in JUNK
 
 
 def _is_notebook(path: Path) -> bool:
@@ -317,7 +326,7 @@ def _extract(archive: Path, dest: Path):
         if declared > MAX_UNPACKED_BYTES:
             raise ArchiveError(f"it would unpack to more than {MAX_UNPACKED_BYTES // 2**20} MiB")
         parts = _member_parts(name)
-        if not parts or any(p.startswith(".") or p == "__MACOSX" for p in parts):
+        if not parts or any(_hidden(p) for p in parts):
             continue
         target = dest.joinpath(*parts)
         if is_dir:
@@ -400,7 +409,7 @@ def discover(folder: Path, exclude: Path | None = None, chapters=None, unpack_in
     chapters = list(chapters or registry.graded_chapters())
     known = {c: ids for c, ids in chapter_grade_ids().items() if c in chapters}
     subs, skipped, ignored, seen_ids = [], [], [], {}
-    hidden = sorted(printable(p.name) for p in folder.iterdir() if p.name.startswith(".") or p.name == "__MACOSX")
+    hidden = sorted(printable(p.name) for p in folder.iterdir() if _hidden(p.name))
     if hidden:
         ignored.append(f"hidden: {', '.join(hidden[:10])}{', ...' if len(hidden) > 10 else ''}")
     students = {}  # student id -> [(folder or archive, its name as shown)]

@@ -190,6 +190,7 @@ class CsvExport(ExportPlugin):
             if not s.chapter:
                 whole.setdefault(s.student, s.status)
         statuses.update({key: result.status for key, (result, _) in load_results(workdir).items()})
+        statuses.update({(s.student, s.chapter): s.status for s in skipped if s.status == "gone"})  # a score kept, said so
         rows = []
         for assignment in gradebook.assignments:
             if self.assignment and assignment.name not in self.assignment:
