@@ -215,10 +215,12 @@ def read_names(source: str) -> set[str]:
 def reads_name(statement, name: str) -> bool:
     """Does this top-level statement read `name`, anywhere in it (a function's body too: calling that function
     later reads the binding `name` has then)? A def or class OF `name` reads only its decorators, defaults, bases
-    and keywords (its body refers to the new definition: recursion, super())."""
+    and keywords (its body refers to the new definition: recursion, super()). The name in a string counts as a
+    read too (`globals()["name"]`)."""
     parts = [statement]
     if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name == name:
         parts = [*statement.decorator_list, *statement.args.defaults, *[d for d in statement.args.kw_defaults if d]]
     elif isinstance(statement, ast.ClassDef) and statement.name == name:
         parts = [*statement.decorator_list, *statement.bases, *[k.value for k in statement.keywords]]
-    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for part in parts for n in ast.walk(part))
+    return any((isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load))
+               or (isinstance(n, ast.Constant) and n.value == name) for part in parts for n in ast.walk(part))
