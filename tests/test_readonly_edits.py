@@ -237,3 +237,17 @@ def test_a_check_between_them_or_a_redefinition_that_reads_it_keeps_the_draft():
 
 def test_a_redefinition_in_a_cell_that_did_not_run_to_its_end_does_not_count():
     assert drafts(plan("def f(x):\n    return x\n", FINAL), ran={0}) == {}
+
+
+# --- What an edit changes, statically (shortcuts.changed_names), which the explanation of a failure rests on ---------
+
+
+def test_an_edit_changes_only_the_names_it_binds_otherwise():
+    from autograder.grading import shortcuts
+
+    course = "import math\n\nimport torch\nfrom torch import Tensor\n\ndef helper(x):\n    return x\n"
+    assert shortcuts.changed_names(course, course.replace("import math", "import math, numpy as np")) == {"np"}
+    assert shortcuts.changed_names(course, course + "# a comment\n") == set()
+    assert shortcuts.changed_names(course, course.replace("return x", "return x + 1")) == {"helper"}
+    assert shortcuts.changed_names(course, course + "from math import sqrt\n") == {"sqrt"}
+    assert shortcuts.changed_names(course, "def broken(:\n") == set()  # does not parse: nothing to tell

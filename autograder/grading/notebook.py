@@ -215,6 +215,19 @@ def readonly_edits(released, submitted) -> list[dict]:
     return edits
 
 
+MAX_EDIT_NOTES = 8  # notes with a diff per notebook; further edited cells are named in one more note
+
+
+def readonly_edit_notes(edits) -> list[str]:
+    """The result's notes on the discarded edits: one per cell (with its diff), the cells past MAX_EDIT_NOTES named
+    in one line (a notebook from another release of the course can differ in every cell)."""
+    notes = [readonly_edit_note(edit) for edit in edits[:MAX_EDIT_NOTES]]
+    if len(edits) > MAX_EDIT_NOTES:
+        rest = [repr(edit["cell"]) for edit in edits[MAX_EDIT_NOTES:]]
+        notes.append(f"your edits of {len(rest)} more read-only cell(s) were not run either: {', '.join(rest)}")
+    return notes
+
+
 def readonly_edit_note(edit: dict) -> str:
     """The result's note on one discarded edit: a first line for the table, then the learner's diff."""
     names = sorted(edit["names"])
@@ -523,7 +536,7 @@ def grade_submission(student: str, chapter: str, notebook: Path, settings: Setti
     cells, notes, solutions = plan_cells(released, submitted, checks_module)
     edits = readonly_edits(released, submitted)
     by_cell, skip, calls_by_cell, run_notes = run_with_restarts(cells, checks_module, settings)
-    result.notes = (read_notes + notes + [readonly_edit_note(e) for e in edits] + run_notes
+    result.notes = (read_notes + notes + readonly_edit_notes(edits) + run_notes
                     + [reason for i, reason in sorted(skip.items()) if not reason.startswith("not run")][:5])
     result.cells = judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings, edits)
     result.score = sum(c.score for c in result.cells)

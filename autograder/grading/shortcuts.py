@@ -172,16 +172,28 @@ def defined_names(source: str) -> set[str]:
 
 
 def definitions(source: str) -> dict[str, str] | None:
-    """{top-level name: the code that binds it (its statements, as syntax, so comments and layout do not count)};
-    None when the cell does not parse."""
+    """{top-level name: the code that binds it (its statements as syntax, so comments and layout do not count; for an
+    import, that name's own import)}; None when the cell does not parse."""
     tree = parse(source)
     if tree is None:
         return None
     found = {}
     for node in tree.body:
         for name in bound_by(node):
-            found[name] = found.get(name, "") + ast.dump(node)
+            found[name] = found.get(name, "") + _binding(node, name)
     return found
+
+
+def _binding(statement, name: str) -> str:
+    """What one statement binds `name` to, as text: for an import, that name's import alone (so another name
+    added to the same import line changes nothing for this one); else the statement's syntax."""
+    if isinstance(statement, ast.Import):
+        return "".join(f"import {a.name} as {a.asname};" if a.asname else f"import {a.name.split('.')[0]};"
+                       for a in statement.names if (a.asname or a.name).split(".")[0] == name)
+    if isinstance(statement, ast.ImportFrom):
+        return "".join(f"from {'.' * statement.level}{statement.module or ''} import {a.name};"
+                       for a in statement.names if (a.asname or a.name) == name)
+    return ast.dump(statement)
 
 
 def changed_names(course: str, edited: str) -> set[str]:
