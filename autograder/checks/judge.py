@@ -66,6 +66,13 @@ def judge_with_replays(check, calls, records, rerun, function=None):
 
 # --- One call's outcome, and the known mistakes it matches ---------------------------------------------
 
+# Hints that differ when graded: the notebook is then run from the top in a fresh process, with the course's
+# version of every read-only cell, so "run the cells above" (the learner's own Jupyter's hint) would mislead.
+GRADED_ERRORS = {
+    "is not defined": "a name your code uses is defined nowhere in the notebook as graded (run from the top, with "
+                      "the course's version of every read-only cell): define or import it in your own answer cell.",
+}
+
 
 def explain_error(name, error, label, error_hints, error_in=None):
     """A learner's exception, in words: not implemented, a recognised mistake, or the raw error.
@@ -80,7 +87,7 @@ def explain_error(name, error, label, error_hints, error_in=None):
     if error.startswith("LookupError: parameter names differ"):
         return (f"{name}'s parameters do not have the names the exercise gives, so the grader cannot load its weights "
                 f"({error.split(': ', 2)[-1]}). Name the layers as the exercise says.")
-    for fragment, hint in list((error_hints or {}).items()) + list(visible.COMMON_ERRORS.items()):
+    for fragment, hint in list((error_hints or {}).items()) + list(GRADED_ERRORS.items()) + list(visible.COMMON_ERRORS.items()):
         if fragment in error:
             return f"{name} raised {error} on {label}.\nLikely mistake: {hint}"
     return f"{name} raised {error} on {label}."

@@ -2,7 +2,9 @@
 
 The notebook that runs is rebuilt from the course's own released notebook (trusted): the learner's code
 comes only from the solution cells (matched by nbgrader grade id) and from cells the learner added; every
-check cell is the course's. So deleted, edited, duplicated or renamed check cells change nothing. Each
+check cell is the course's. So deleted, edited, duplicated or renamed check cells change nothing. An edit of a
+read-only cell is not run (as under nbgrader) but said: a note per cell with the learner's diff
+(readonly_edits), and a failure that may follow from it says so (explain_discarded_edits). Each
 graded cell becomes a "probe" in the sandbox, which only calls the learner's function on the grader's
 inputs; the comparison with `solutions/` happens here, in `judge`, on the decoded outputs.
 
@@ -10,9 +12,12 @@ inputs; the comparison with `solutions/` happens here, in `judge`, on the decode
 message in its result.
 """
 
+import ast
+import difflib
 import hashlib
 import importlib
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -25,7 +30,8 @@ from autograder import registry
 from autograder.grading import sandbox, shortcuts
 from autograder.reporting.feedback import write_feedback
 from autograder.results import CellScore, Result, Settings, atomic_write
-from autograder.checks import encode_calls, judge_with_replays, runner
+from autograder.checks import encode_calls, judge_with_replays, runner, visible
+from autograder.checks.judge import GRADED_ERRORS
 
 MAX_NOTEBOOK_BYTES = 20 * 2**20  # the notebook as graded: its code (outputs are not graded and are removed first)
 MAX_FILE_BYTES = 256 * 2**20  # a file larger than this is not even read (outputs or not)
@@ -160,6 +166,77 @@ def plan_cells(released, submitted, checks_module):
     return cells, notes, solutions
 
 
+MAX_DIFF_LINES = 24  # a note's diff of an edited read-only cell: at most this many lines ...
+MAX_DIFF_WIDTH = 160  # ... of at most this many characters each
+
+
+def _comparable(source: str) -> str:
+    """A cell's source as compared for edits: line endings and trailing whitespace do not count."""
+    lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "\n".join(line.rstrip() for line in lines).rstrip("\n")
+
+
+def short_diff(course: str, edited: str) -> str:
+    """A unified diff of the learner's edit against the course's cell, bounded in lines and width."""
+    lines = list(difflib.unified_diff(_comparable(course).split("\n"), _comparable(edited).split("\n"),
+                                      "the course's version", "your version", n=1, lineterm=""))
+    shown = [line if len(line) <= MAX_DIFF_WIDTH else line[: MAX_DIFF_WIDTH - 1] + "…" for line in lines[:MAX_DIFF_LINES]]
+    if len(lines) > MAX_DIFF_LINES:
+        shown.append(f"… ({len(lines) - MAX_DIFF_LINES} more line(s) of the diff not shown)")
+    return "\n".join(shown)
+
+
+def readonly_edits(released, submitted) -> list[dict]:
+    """The read-only cells the learner changed: [{cell: grade id, diff, names}], in the notebook's order.
+
+    The grader runs the course's version of every read-only cell (as nbgrader does), never the learner's edit;
+    this says which edits that discards. A cell is matched by grade id (its first copy, as plan_cells does);
+    line endings and trailing whitespace do not count as an edit. names: what the edit defines or imports that
+    the course's version lacks or defines otherwise (shortcuts.changed_names), to explain failures that follow;
+    new: those of them the course's version does not define at all; runs: whether the grader runs the course's
+    version of this cell (not a check cell)."""
+    course = {_nbgrader(c).get("grade_id"): _source(c) for c in released.cells
+              if c.cell_type == "code" and _nbgrader(c).get("grade_id") and not _nbgrader(c).get("solution")}
+    graded = {_nbgrader(c).get("grade_id") for c in released.cells if _nbgrader(c).get("grade")}
+    edits, seen = [], set()
+    for cell in submitted["cells"]:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        gid = _nbgrader(cell).get("grade_id")
+        if not isinstance(gid, str) or gid in seen or gid not in course:
+            continue
+        seen.add(gid)
+        edited = _source(cell)
+        if _comparable(edited) != _comparable(course[gid]):
+            names = shortcuts.changed_names(course[gid], edited)
+            runs = gid not in graded and gid not in SKIP_WHEN_GRADING and not gid.endswith("_visible")
+            edits.append({"cell": gid, "diff": short_diff(course[gid], edited), "names": names,
+                          "new": names - set(shortcuts.definitions(course[gid]) or ()), "runs": runs})
+    return edits
+
+
+MAX_EDIT_NOTES = 8  # notes with a diff per notebook; further edited cells are named in one more note
+
+
+def readonly_edit_notes(edits) -> list[str]:
+    """The result's notes on the discarded edits: one per cell (with its diff), the cells past MAX_EDIT_NOTES named
+    in one line (a notebook from another release of the course can differ in every cell)."""
+    notes = [readonly_edit_note(edit) for edit in edits[:MAX_EDIT_NOTES]]
+    if len(edits) > MAX_EDIT_NOTES:
+        rest = [repr(edit["cell"]) for edit in edits[MAX_EDIT_NOTES:]]
+        notes.append(f"your edits of {len(rest)} more read-only cell(s) were not run either: {', '.join(rest)}")
+    return notes
+
+
+def readonly_edit_note(edit: dict) -> str:
+    """The result's note on one discarded edit: a first line for the table, then the learner's diff."""
+    names = sorted(edit["names"])
+    what = f" (it defines or imports {', '.join(f'`{n}`' for n in names[:6])}{', ...' if len(names) > 6 else ''})" if names else ""
+    return (f"your edit of the read-only cell {edit['cell']!r} was not run{what}: the grader runs the course's version of "
+            "read-only cells, as nbgrader does; code of your own belongs in your answer cells (or a cell you add). "
+            f"Your edit:\n{edit['diff']}")
+
+
 def _prefix_arrays(spec, prefix):
     """Rename every {"tensor": name} inside a call spec (args, module weights) to prefix+name."""
     if isinstance(spec, dict):
@@ -258,36 +335,86 @@ def replay_in_sandbox(cells, cell, indices, tables, checks_module, settings: Set
     return records
 
 
-def learner_code_findings(function, solutions, cells, checks_module):
+def unused_drafts(function, cells, ran_cleanly) -> dict[int, set[int]]:
+    """{cell index: indices of its top-level statements} of the definitions of `function` that are unused drafts.
+
+    The rule (what is fair for an earlier draft of a solution, e.g. a duplicated solution cell whose first version
+    called a forbidden built-in): a top-level `def` (or `class`) of the exercise's function is a draft when, in the
+    order the notebook runs, it is defined again later and nothing can have used it in between: no statement in
+    between reads the name (anywhere, a function's body too, since calling that function would reach the draft;
+    the redefinition's own decorators and defaults count, its body does not) and no graded check runs in between
+    (a check may call it, directly or through another function). A redefinition counts only in a cell that ran
+    to its end without an error. A draft is left out of the static reading for forbidden built-ins; everything
+    else of its cell is still read, and the sandbox's guard still switches the built-ins off for any real call."""
+    drafts, pending = {}, None
+    for cell in cells:
+        if cell["kind"] == "probe":
+            pending = None
+            continue
+        tree = shortcuts.parse(cell["source"])
+        if tree is None:
+            continue  # it does not run (SyntaxError): it neither uses nor redefines anything
+        for i, statement in enumerate(tree.body):
+            if shortcuts.reads_name(statement, function):
+                pending = None
+            if function not in shortcuts.bound_by(statement) or cell["index"] not in ran_cleanly:
+                continue
+            if pending is not None:
+                drafts.setdefault(pending[0], set()).add(pending[1])
+            defines = isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            pending = (cell["index"], i) if defines and cell.get("learner") else None
+    return drafts
+
+
+def _without_statements(source: str, indices: set[int]) -> str:
+    tree = shortcuts.parse(source)
+    tree.body = [s for i, s in enumerate(tree.body) if i not in indices]
+    return ast.unparse(tree)
+
+
+def learner_code_findings(function, solutions, cells, checks_module, ran_cleanly=None):
     """What the static reading finds in the learner's code that serves this exercise:
     (forbidden built-ins, private torch machinery). Read: the exercise's solution cell and every added cell
     that (re)defines the function; for private machinery also every added cell that defines no graded
-    function (such code acts on the whole run)."""
+    function (such code acts on the whole run). With ran_cleanly (the indices of the cells that ran to their end
+    without an error), an unused earlier draft of the function is not read for forbidden built-ins (see
+    unused_drafts); private machinery is looked for everywhere, drafts included."""
     graded = {name for name in solutions}
-    own = [solutions.get(function) or ""] if function else []
-    added = [c["source"] for c in cells if c.get("learner") and not c["origin"].startswith("your cell ")]
-    redefining = [src for src in added if function and function in shortcuts.defined_names(src)]
+    own_cell = next((c for c in cells if function and c["origin"] == f"your cell {function!r}"), None)
+    added = [c for c in cells if c.get("learner") and not c["origin"].startswith("your cell ")]
+    redefining = [c for c in added if function and function in shortcuts.defined_names(c["source"])]
+    drafts = unused_drafts(function, cells, ran_cleanly) if function and ran_cleanly is not None else {}
+    read = ([own_cell] if own_cell is not None else []) + redefining
     forbidden = []
-    for source in own + redefining:
+    if function and own_cell is None:
+        forbidden += shortcuts.scan(solutions.get(function) or "", checks_module.SHORTCUT_NAMES)
+    for cell in read:
+        source = _without_statements(cell["source"], drafts[cell["index"]]) if cell["index"] in drafts else cell["source"]
         forbidden += [f for f in shortcuts.scan(source, checks_module.SHORTCUT_NAMES) if f not in forbidden]
-    loose = [src for src in added if not (shortcuts.defined_names(src) & graded)]
+    loose = [c["source"] for c in added if not (shortcuts.defined_names(c["source"]) & graded)]
     private = []
-    for source in own + redefining + loose:
+    for source in [c["source"] for c in read] + loose:
         private += [f for f in shortcuts.private_machinery(source) if f not in private]
     return forbidden, private
 
 
-def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings: Settings):
+def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings: Settings, edits=()):
     """The score of every graded cell, decided here from the decoded outputs (with replay rounds in the sandbox
-    where a check asks for them)."""
+    where a check asks for them). edits: the learner's discarded edits of read-only cells (readonly_edits), which a
+    failure's message explains where the failure may follow from one (explain_discarded_edits)."""
     scores = []
+    ran_cleanly = {c["index"] for c in cells if c["index"] not in skip and by_cell.get(c["index"], {}).get("done", {}).get("ok")}
     for cell in cells:
         if cell["kind"] != "probe":
             continue
         gid = cell["probe"]
         check = checks_module.CHECKS[gid]
         max_score = points[gid]
-        found, hidden = learner_code_findings(check.function, solutions, cells, checks_module)
+
+        def failed(message, check=check, gid=gid, max_score=max_score):
+            return CellScore(gid, 0.0, max_score, explain_discarded_edits(message, check, edits, cells))
+
+        found, hidden = learner_code_findings(check.function, solutions, cells, checks_module, ran_cleanly)
         if found or hidden:
             reasons = []
             if found:
@@ -310,12 +437,12 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points,
                 why += f" ({skip[own['index']]})"
             elif own_error:
                 why += f" (your cell {check.function!r} stopped with {str(own_error).splitlines()[-1][:300]})"
-            scores.append(CellScore(gid, 0.0, max_score, f"{check.function} could not be checked: {why}"))
+            scores.append(failed(f"{check.function} could not be checked: {why}"))
             continue
         records = probe.get("calls")
         calls = calls_by_cell[cell["index"]]
         if not isinstance(records, list) or len(records) != len(calls):
-            scores.append(CellScore(gid, 0.0, max_score, f"{check.function}: the check's report is incomplete."))
+            scores.append(failed(f"{check.function}: the check's report is incomplete."))
             continue
 
         def rerun(indices, tables, cell=cell):
@@ -324,13 +451,59 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points,
         try:
             judge_with_replays(check, calls, records, rerun, function=check.function)
         except AssertionError as failure:
-            scores.append(CellScore(gid, 0.0, max_score, str(failure)[:2000]))
+            scores.append(failed(str(failure)[:2000]))
             continue
         except Exception as exc:  # a report the judge cannot use counts as a failed check, never as a pass
-            scores.append(CellScore(gid, 0.0, max_score, f"{check.function}: its results could not be judged ({type(exc).__name__}: {str(exc)[:200]})"))
+            scores.append(failed(f"{check.function}: its results could not be judged ({type(exc).__name__}: {str(exc)[:200]})"))
             continue
         scores.append(CellScore(gid, max_score, max_score, ""))
     return scores
+
+
+def explain_discarded_edits(message: str, check, edits, cells) -> str:
+    """A failed check's message, when the learner edited read-only cells (whose edits the grader does not run).
+
+    Read statically (shortcuts): the names the exercise's code relies on (its solution cell, its callees' solution
+    cells, the cells the learner added that define a name they read), the names a NameError in the message names,
+    and the exercise's function itself. Where an edit defines, imports or changes one of them, the failure is
+    explained as following from the discarded edit (in place of the generic "not defined" hint); otherwise a note
+    says the edits were not run, in case the exercise relied on them in a way the static reading cannot see (edits
+    that define nothing, of cells the grader does not run as code, such as check cells, get no note here)."""
+    if not edits:
+        return message
+    function = check.function
+    own = {f"your cell {name!r}" for name in (function, *check.callees) if name}
+    read = set()
+    for cell in cells:
+        if cell.get("learner") and cell["origin"] in own:
+            read |= shortcuts.read_names(cell["source"])
+    for cell in cells:
+        if cell.get("learner") and not cell["origin"].startswith("your cell ") and shortcuts.defined_names(cell["source"]) & read:
+            read |= shortcuts.read_names(cell["source"])
+    wanted = read | set(re.findall(r"name '(\w+)' is not defined", message)) | ({function} if function else set())
+    linked = [(edit, sorted(edit["names"] & wanted)) for edit in edits if edit["names"] & wanted]
+    if not linked:
+        relevant = [edit for edit in edits if edit["names"] or edit["runs"]]  # an edit of a check cell alone serves no answer
+        if not relevant:
+            return message
+        which = ", ".join(repr(edit["cell"]) for edit in relevant)
+        return (f"{message}\nNote: the grader did not run your edit of the read-only cell(s) {which} (it runs the course's "
+                "version of read-only cells); if this exercise relied on that edit, move its code into your own answer cell.")
+    parts = []
+    for edit, names in linked:
+        new = [f"`{n}`" for n in names if n in edit["new"]]
+        changed = [f"`{n}`" for n in names if n not in edit["new"]]
+        if new:
+            parts.append(f"{', '.join(new)}, which only your edit of {edit['cell']!r} defines or imports")
+        if changed:
+            parts.append(f"{', '.join(changed)} as your edit of {edit['cell']!r} changed it (the course's version ran)")
+    which = ", ".join(repr(edit["cell"]) for edit, _ in linked)
+    hint = (f"Likely mistake: the grader did not run your edit of the read-only cell {which} (it runs the course's version "
+            f"of read-only cells, as nbgrader does), and your code relies on {'; and on '.join(parts)}. Define or import "
+            "what your code needs in your own answer cell instead.")
+    generic = {f"Likely mistake: {hints['is not defined']}" for hints in (GRADED_ERRORS, visible.COMMON_ERRORS)}
+    lines = [line for line in message.splitlines() if line not in generic]
+    return "\n".join(lines[:1] + [hint] + lines[1:])
 
 
 def released_notebook(workdir: Path, chapter: str):
@@ -361,9 +534,11 @@ def grade_submission(student: str, chapter: str, notebook: Path, settings: Setti
     result.sha256 = hashlib.sha256(raw).hexdigest()
     released = released_notebook(workdir, chapter)
     cells, notes, solutions = plan_cells(released, submitted, checks_module)
+    edits = readonly_edits(released, submitted)
     by_cell, skip, calls_by_cell, run_notes = run_with_restarts(cells, checks_module, settings)
-    result.notes = read_notes + notes + run_notes + [reason for i, reason in sorted(skip.items()) if not reason.startswith("not run")][:5]
-    result.cells = judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings)
+    result.notes = (read_notes + notes + readonly_edit_notes(edits) + run_notes
+                    + [reason for i, reason in sorted(skip.items()) if not reason.startswith("not run")][:5])
+    result.cells = judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings, edits)
     result.score = sum(c.score for c in result.cells)
     write_autograded(workdir, result, released, submitted, cells, by_cell)
     write_feedback(workdir, result, cells, by_cell, skip)

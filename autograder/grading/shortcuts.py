@@ -136,22 +136,103 @@ def private_machinery(source: str) -> list[str]:
     return found
 
 
+def parse(source: str):
+    """The cell's syntax tree, with IPython magics dropped as the runner drops them; None when it does not parse."""
+    from autograder.checks.runner import _strip_magics
+
+    try:
+        return ast.parse(_strip_magics(source))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def bound_by(statement) -> set[str]:
+    """The top-level names one top-level statement binds (a def, a class, an assignment, an import)."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {statement.name}
+    names = set()
+    if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        for target in targets:
+            for leaf in ast.walk(target):
+                if isinstance(leaf, ast.Name):
+                    names.add(leaf.id)
+    elif isinstance(statement, (ast.Import, ast.ImportFrom)):
+        names.update((a.asname or a.name).split(".")[0] for a in statement.names)
+    return names
+
+
 def defined_names(source: str) -> set[str]:
     """Top-level names a cell defines (functions, classes, assignments); empty when it does not parse."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return set()
-    names = set()
+    return {name for node in tree.body for name in bound_by(node)}
+
+
+def definitions(source: str) -> dict[str, str] | None:
+    """{top-level name: the code that binds it (its statements as syntax, so comments and layout do not count; for an
+    import, that name's own import)}; None when the cell does not parse."""
+    tree = parse(source)
+    if tree is None:
+        return None
+    found = {}
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                for leaf in ast.walk(target):
-                    if isinstance(leaf, ast.Name):
-                        names.add(leaf.id)
+        for name in bound_by(node):
+            found[name] = found.get(name, "") + _binding(node, name)
+    return found
+
+
+def _binding(statement, name: str) -> str:
+    """What one statement binds `name` to, as text: for an import, that name's import alone (so another name
+    added to the same import line changes nothing for this one); else the statement's syntax."""
+    if isinstance(statement, ast.Import):
+        return "".join(f"import {a.name} as {a.asname};" if a.asname else f"import {a.name.split('.')[0]};"
+                       for a in statement.names if (a.asname or a.name).split(".")[0] == name)
+    if isinstance(statement, ast.ImportFrom):
+        return "".join(f"from {'.' * statement.level}{statement.module or ''} import {a.name};"
+                       for a in statement.names if (a.asname or a.name) == name)
+    return ast.dump(statement)
+
+
+def changed_names(course: str, edited: str) -> set[str]:
+    """The names an edit of a course cell defines, imports or defines otherwise than the course's version does:
+    what code that relies on the edit may miss when the course's version runs in its place."""
+    theirs, ours = definitions(edited), definitions(course) or {}
+    if theirs is None:
+        return set()
+    return {name for name, code in theirs.items() if ours.get(name) != code}
+
+
+def read_names(source: str) -> set[str]:
+    """The names a cell reads that it does not bind anywhere itself (globals it relies on: imports, helpers
+    and functions of other cells); empty when it does not parse."""
+    tree = parse(source)
+    if tree is None:
+        return set()
+    read, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return read - bound
+
+
+def reads_name(statement, name: str) -> bool:
+    """Does this top-level statement read `name`, anywhere in it (a function's body too: calling that function
+    later reads the binding `name` has then)? A def or class OF `name` reads only its decorators, defaults, bases
+    and keywords (its body refers to the new definition: recursion, super()). The name in a string counts as a
+    read too (`globals()["name"]`)."""
+    parts = [statement]
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name == name:
+        parts = [*statement.decorator_list, *statement.args.defaults, *[d for d in statement.args.kw_defaults if d]]
+    elif isinstance(statement, ast.ClassDef) and statement.name == name:
+        parts = [*statement.decorator_list, *statement.bases, *[k.value for k in statement.keywords]]
+    return any((isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load))
+               or (isinstance(n, ast.Constant) and n.value == name) for part in parts for n in ast.walk(part))

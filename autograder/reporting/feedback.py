@@ -73,7 +73,8 @@ def feedback_summary(result: Result, final: dict | None = None) -> str:
     if result.error:
         parts.append(f"<p class='note'>This notebook could not be graded: {e(result.error)}</p>")
     for note in list(final.get("notes", [])) + list(result.notes):
-        parts.append(f"<p class='note'>{e(note)}</p>")
+        first, _, rest = str(note).partition("\n")  # a note's further lines (a diff) keep their layout
+        parts.append(f"<p class='note'>{e(first)}</p>" + (f"<pre>{e(rest)}</pre>" if rest else ""))
     for cell, comment in final.get("comments", []):
         parts.append(f"<p class='note'>Comment from your instructor on {e(cell)}:</p><pre>{e(comment)}</pre>")
     return "\n".join(parts)
