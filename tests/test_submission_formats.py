@@ -43,6 +43,11 @@ def graded(tmp_path_factory):
         path = submissions / student / CHAPTER / "exercises.ipynb"
         path.parent.mkdir(parents=True)
         nbformat.write(nb, path, version=version)
+    text = nbformat.writes(reference)
+    for student, data in (("bom", b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode("utf-8")), ("utf16", text.encode("utf-16"))):
+        path = submissions / student / CHAPTER / "exercises.ipynb"  # as a Windows editor may save it
+        path.parent.mkdir(parents=True)
+        path.write_bytes(data)
     assert (submissions / "big-outputs" / CHAPTER / "exercises.ipynb").stat().st_size > MAX_NOTEBOOK_BYTES
     return grade(submissions, root / "work")
 
@@ -67,13 +72,21 @@ def test_an_nbformat_3_notebook_is_converted_and_graded(graded):
     assert "nbformat 3" in old["message"], old
 
 
+@pytest.mark.parametrize("student, encoding", [("bom", "byte-order mark"), ("utf16", "UTF-16")])
+def test_a_notebook_saved_with_a_byte_order_mark_or_as_utf16_is_graded(graded, student, encoding):
+    _, rows = graded
+    reference, saved = rows["reference"][""], rows[student][""]
+    assert saved["status"] == "graded" and saved["score"] == reference["score"], saved
+    assert encoding in saved["message"], saved
+
+
 def test_the_run_does_not_call_a_notebook_graded_that_could_not_be(graded):
     done, rows = graded
     statuses = [r[""]["status"] for r in rows.values()]
-    assert statuses.count("invalid") == 1 and statuses.count("graded") == 3, statuses
-    assert "4 notebook(s) graded" not in done.stdout, done.stdout[-1500:]
-    assert "4 notebook(s) run through the grader" in done.stdout, done.stdout[-1500:]
-    assert "This run: 3 notebook(s) graded, 1 could not be graded" in done.stdout, done.stdout[-1500:]
+    assert statuses.count("invalid") == 1 and statuses.count("graded") == 5, statuses
+    assert "6 notebook(s) graded" not in done.stdout, done.stdout[-1500:]
+    assert "6 notebook(s) run through the grader" in done.stdout, done.stdout[-1500:]
+    assert "This run: 5 notebook(s) graded, 1 could not be graded" in done.stdout, done.stdout[-1500:]
 
 
 def test_a_student_id_starting_with_a_dash_can_be_named_to_only(tmp_path):

@@ -64,14 +64,17 @@ def read_submission(path: Path):
         raise ValueError(f"the notebook is {size / 2**20:.0f} MiB, more than the {MAX_FILE_BYTES // 2**20} MiB a file may have "
                          "(clear the outputs and resubmit)")
     raw = path.read_bytes()
+    notes = []
     try:
-        data = json.loads(raw.decode("utf-8"))
+        text, encoding = _decode(raw)
+        data = json.loads(text)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"the file is not a valid notebook (not JSON: {str(exc)[:120]})") from None
-    notes = []
+    if encoding != "utf-8":
+        notes.append(f"the file was saved as {encoding} (a Windows editor?), not plain UTF-8: it was read as such and graded")
     if isinstance(data, dict) and data.get("nbformat") == 3 and isinstance(data.get("worksheets"), list):
         try:
-            data = json.loads(nbformat.writes(nbformat.reads(raw.decode("utf-8"), as_version=4)))
+            data = json.loads(nbformat.writes(nbformat.reads(text, as_version=4)))
         except Exception as exc:
             raise ValueError(f"the notebook has nbformat 3 and could not be converted to version 4 ({str(exc)[:120]})") from None
         notes.append("the notebook was in nbformat 3 (an old Jupyter format): it was converted to version 4 and graded")
@@ -89,6 +92,15 @@ def read_submission(path: Path):
                      "allowed: its outputs were removed (only code is graded) and it was graded")
         data = code_only
     return data, raw, notes
+
+
+def _decode(raw: bytes) -> tuple[str, str]:
+    """(text, encoding): UTF-8, or UTF-8 / UTF-16 with a byte-order mark, as some editors save JSON."""
+    if raw.startswith(b"\xef\xbb\xbf"):
+        return raw.decode("utf-8-sig"), "UTF-8 with a byte-order mark"
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return raw.decode("utf-16"), "UTF-16"
+    return raw.decode("utf-8"), "utf-8"
 
 
 def strip_outputs(data: dict) -> dict:
