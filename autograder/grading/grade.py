@@ -18,7 +18,9 @@ The steps:
 
 Resuming: a run killed in any way (Ctrl-C, kill -9, power cut) leaves every finished result on disk; the
 same command again reuses the run's seed and grades only what is missing or has changed. `--only STUDENT`
-and `--chapter ID` regrade a selection and keep everything else.
+and `--chapter ID` regrade a selection and keep everything else. A fault of what the run writes to (disk full,
+working directory read-only or vanished, gradebook database unreachable) stops it with one line and exit status 4
+(`autograder.grading.faults`); fixed, the same command resumes.
 """
 
 import contextlib
