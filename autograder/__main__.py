@@ -1,8 +1,11 @@
 """python -m autograder {build,grade,report,formgrader} — see the guide for instructors (guides/instructors.md).
 
-Exit status of `grade` and `report`: 0 every submission was graded; 1 the run finished but some submissions
-were skipped or could not be graded (each has its status in summary.csv, and is listed at the end); 2 nothing
-was graded (a wrong command, folder or course configuration, or no sandbox); 130 interrupted (Ctrl-C).
+Exit status of `grade` and `report` (the table in the README, "Exit statuses"): 0 every submission was graded;
+1 the run finished but some submissions were skipped or could not be graded (each has its status in summary.csv,
+and is listed at the end); 2 nothing was graded (a wrong command, folder or course configuration, or no sandbox);
+3 another run holds the working directory; 4 a fault of what the grader writes to (disk full, working directory
+read-only or vanished, gradebook database unreachable: one line says which; what was saved before is kept);
+130 interrupted (Ctrl-C).
 """
 
 import argparse
@@ -42,7 +45,9 @@ def main(argv=None):
     b.add_argument("--workdir", type=Path, default=None, help="nbgrader working directory (default: grading/build, or grading/build-<id> with one --chapter)")
 
     exit_status = ("exit status: 0 every submission was graded; 1 some were skipped or could not be graded (each has its "
-                   "status in summary.csv); 2 nothing was graded (wrong command, folder or course configuration, no sandbox); 130 Ctrl-C")
+                   "status in summary.csv); 2 nothing was graded (wrong command, folder or course configuration, no sandbox); "
+                   "3 another run holds the working directory; 4 disk full, working directory read-only or vanished, or gradebook "
+                   "database unreachable (fix it and run the same command again: it resumes); 130 Ctrl-C")
     g = sub.add_parser("grade", help="autograde a folder <student>/<chapter-id>/exercises.ipynb", epilog=exit_status)
     g.add_argument("submissions", type=Path, help="folder of submissions, e.g. autograder/demo")
     g.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="where the gradebook, feedback and CSVs go (default: grading/run)")
@@ -97,7 +102,8 @@ def main(argv=None):
                 print(f"wrote {path.relative_to(registry.ROOT)}")
         return 0
 
-    from autograder.grading.grade import EXIT_BUSY, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+    from autograder.grading.faults import Fault
+    from autograder.grading.grade import EXIT_BUSY, EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
     from autograder.grading.lock import WorkdirBusy
 
     try:
@@ -125,6 +131,9 @@ def main(argv=None):
     except WorkdirBusy as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BUSY
+    except Fault as exc:  # one line: the cause, the file, what to do (autograder/grading/faults.py)
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAULT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return EXIT_USAGE

@@ -28,6 +28,7 @@ from pathlib import Path
 from traitlets.config import Config
 
 from autograder import registry
+from autograder.results import atomic_write
 
 COURSE_ID = "transformer-course"
 CELL_TIMEOUT_S = 30  # per cell while autograding; checks take about a second
@@ -198,7 +199,7 @@ def write_config_file(workdir: Path, config: Config) -> Path:
         for name, value in traits.items():
             lines.append(f"c.{section}.{name} = {value!r}")
     path = Path(workdir) / "nbgrader_config.py"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write(path, "\n".join(lines) + "\n")  # a failed write (disk full) leaves the old file whole
     return path
 
 

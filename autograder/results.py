@@ -84,24 +84,50 @@ class Skipped:
 
 
 class atomic_open:
-    """Write a report to a temporary file and move it into place: a reader never sees half a report."""
+    """Write a file under a temporary name beside it and move it into place: a reader never sees half a file, and
+    a failed write (a full disk, a read-only or vanished folder) leaves the old file as it was and no temporary
+    file behind. The OSError raised names the file being written (a failed write() or close() names none)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, mode: str = "w"):
         self.path = Path(path)
+        self.mode = mode
         self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
 
     def __enter__(self):
-        self.f = self.tmp.open("w", newline="", encoding="utf-8")
+        try:
+            self.f = self.tmp.open(self.mode, **({} if "b" in self.mode else {"newline": "", "encoding": "utf-8"}))
+        except OSError as exc:
+            raise _naming(exc, self.path) from None
         return self.f
 
-    def __exit__(self, *exc):
-        self.f.close()
-        if exc[0] is None:
-            os.replace(self.tmp, self.path)
-        else:
+    def __exit__(self, exc_type, exc, tb):
+        failure = exc
+        try:
+            self.f.close()  # flushes: a full disk may only show here
+            if failure is None:
+                os.replace(self.tmp, self.path)
+                return False
+        except OSError as error:
+            failure = failure or error
+        try:
             self.tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # a folder that vanished took the temporary file with it
+        if failure is exc and not (isinstance(exc, OSError) and not exc.filename):
+            return False  # the block's own exception goes on as it is
+        raise _naming(failure, self.path) from None
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """The same error, naming the file that was being written (not its temporary name)."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
 
 
 def atomic_write(path: Path, text: str):
     with atomic_open(path) as f:
         f.write(text)
+
+
+def atomic_write_bytes(path: Path, data: bytes):
+    with atomic_open(path, "wb") as f:
+        f.write(data)

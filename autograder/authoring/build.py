@@ -24,6 +24,7 @@ import torch
 from autograder import registry
 from autograder.authoring import kit
 from autograder.config import nbgrader_api
+from autograder.results import atomic_write
 
 NBGRADER_SCHEMA = 3
 
@@ -532,7 +533,8 @@ def write_instructor_sources(workdir: Path, chapters=None) -> list[str]:
     for chapter_id in chapters:
         target = workdir / "source" / chapter_id / f"{registry.NOTEBOOK}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(instructor_notebook(chapter_id), target)
+        text = nbformat.writes(instructor_notebook(chapter_id))
+        atomic_write(target, text if text.endswith("\n") else text + "\n")  # as nbformat.write, never half a file
     return chapters
 
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import registry
-from autograder.results import Result, Settings
+from autograder.results import Result, Settings, atomic_write
 
 SCHEDULER_PORT = 8786  # Dask's own default
 # Dask's allowed-failures of the embedded cluster: a notebook whose grading worker dies this often + 1 is given up.
@@ -207,9 +207,7 @@ def write_outputs(workdir: Path, job: Job, files: dict):
             continue
         path = Path(workdir, *parts)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write(path, text)
 
 
 class _OnceForHostErrors(logging.Filter):

@@ -19,7 +19,9 @@ The steps:
 
 Resuming: a run killed in any way (Ctrl-C, kill -9, power cut) leaves every finished result on disk; the
 same command again reuses the run's seed and grades only what is missing or has changed. `--only STUDENT`
-and `--chapter ID` regrade a selection and keep everything else.
+and `--chapter ID` regrade a selection and keep everything else. A fault of what the run writes to (disk full,
+working directory read-only or vanished, gradebook database unreachable) stops it with one line and exit status 4
+(`autograder.grading.faults`); fixed, the same command resumes.
 """
 
 import contextlib
@@ -40,14 +42,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from autograder.grading import cluster, history, intake, lock, sandbox
+from autograder.grading import cluster, faults, history, intake, lock, sandbox
 from autograder import registry
 from autograder.reporting import reports
 from autograder.reporting import gradebook as gradebook_db
 from autograder.authoring.build import generate_assignments
 from autograder.config import CELL_TIMEOUT_S, COURSE_CONFIG, CourseConfigError, load_course_settings, nbgrader_api
 from autograder.reporting.latepenalty import apply_due_dates, assign_penalties
-from autograder.results import Result, Settings, Skipped, atomic_open
+from autograder.results import Result, Settings, Skipped, atomic_open, atomic_write, atomic_write_bytes
 
 NO_SANDBOX_WARNING = """
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
@@ -57,7 +59,9 @@ NO_SANDBOX_WARNING = """
 !! but do this only with submissions you trust. Install bubblewrap (apt install bubblewrap) instead.  !!
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
 """
-EXIT_OK, EXIT_NOT_ALL_GRADED, EXIT_USAGE, EXIT_BUSY, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+# The exit statuses of `grade` and `report`, as the README's table says: 4 is a fault of what the grader writes to
+# (disk full, working directory read-only or vanished, gradebook database unreachable; autograder.grading.faults).
+EXIT_OK, EXIT_NOT_ALL_GRADED, EXIT_USAGE, EXIT_BUSY, EXIT_FAULT, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 # Workers are started fresh (the embedded Dask cluster spawns them, autograder.grading.cluster), never forked from this
 # process: a child forked after the parent used OpenMP (torch's CPU kernels, e.g. while building the
 # assignments) can hang on its first torch op.
@@ -115,12 +119,13 @@ def _copy_submitted(workdir: Path, sub: intake.Submission):
     """submitted/<student>/<chapter>/exercises.ipynb (and nbgrader's timestamp.txt), for formgrader: a copy
     of a regular file under the name nbgrader expects, whatever it was called; never follow a link."""
     target = workdir / "submitted" / sub.student / sub.chapter / f"{registry.NOTEBOOK}.ipynb"
+    faults.check_present(workdir)  # never recreate a working directory that vanished
     target.parent.mkdir(parents=True, exist_ok=True)
     notebook = sub.path
     if notebook.is_file() and not notebook.is_symlink() and notebook.stat().st_size <= 20 * 2**20:
-        target.write_bytes(notebook.read_bytes())
+        atomic_write_bytes(target, notebook.read_bytes())
     if sub.timestamp is not None:
-        (target.parent / "timestamp.txt").write_text(sub.timestamp.isoformat(sep=" ") + "\n", encoding="utf-8")
+        atomic_write(target.parent / "timestamp.txt", sub.timestamp.isoformat(sep=" ") + "\n")
 
 
 def gradebook_url(workdir: Path, db=None) -> tuple[str, bool]:
@@ -129,15 +134,25 @@ def gradebook_url(workdir: Path, db=None) -> tuple[str, bool]:
     try:
         url = gradebook_db.resolve_url(workdir, db)
         return url, gradebook_db.exists(url)
+    except gradebook_db.GradebookUnreachable as exc:
+        raise _unreachable(exc, url, workdir) from None
     except gradebook_db.GradebookError as exc:
         raise UsageError(str(exc)) from None
 
 
-def _connect(db_url: str):
+def _connect(db_url: str, workdir: Path):
     try:
         return gradebook_db.connect(db_url)
+    except gradebook_db.GradebookUnreachable as exc:
+        raise _unreachable(exc, db_url, workdir) from None
     except gradebook_db.GradebookError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _unreachable(exc, url: str, workdir: Path) -> faults.Fault:
+    """A gradebook that cannot be reached is a fault (exit 4): a database server down, or SQLite's file in a working
+    directory that cannot be written."""
+    return faults.from_db_error(exc.args[1], url, workdir) or faults.unreachable(exc.args[0], exc.args[1])
 
 
 def _record_saved(gradebook, workdir: Path) -> list:
@@ -240,7 +255,7 @@ def grade(submissions: Path, workdir: Path, options: GradeOptions | None = None,
     submissions, workdir = Path(submissions).resolve(), Path(workdir).resolve()
     if not submissions.is_dir():
         raise UsageError(f"{submissions} is not a folder of submissions (<student>/<chapter-id>/{registry.NOTEBOOK}.ipynb)")
-    with lock.hold(workdir, "grade"):
+    with faults.guard(workdir, options.db), lock.hold(workdir, "grade"):
         return _grade(submissions, workdir, options, out)
 
 
@@ -317,11 +332,11 @@ def _settings(workdir: Path, options: GradeOptions, found: _Found, mode: str):
     # On a Dask cluster (--scheduler) the default stays cpu: --device cuda sends the jobs to the GPU workers.
     device = options.device or state.get("device") or ("cuda" if not options.scheduler and _cuda() else "cpu")
     seed = options.seed if options.seed is not None else state.get("seed", secrets.randbelow(2**31))
-    workdir.mkdir(parents=True, exist_ok=True)
+    faults.check_present(workdir)  # the lock made it; never recreate one that vanished since
     new_state = {"seed": seed, "device": device}
     if found.settings_file.path is not None:
         new_state["course_config"] = str(found.settings_file.path)
-    (workdir / "run-state.json").write_text(json.dumps(new_state))
+    atomic_write(workdir / "run-state.json", json.dumps(new_state))
 
     limits = sandbox.Limits(cell_seconds=options.cell_timeout)
     if options.notebook_timeout:
@@ -506,7 +521,7 @@ def _keep_time_of(sub, intake_record: dict, workdir: Path):
 def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, workers, releases, options: GradeOptions, changes, out):
     """Grade the notebooks on the cluster; save each result at once and record it in the gradebook (this process is
     its one writer). Returns (results, unsaved, reviews, interrupted, seconds); the gradebook stays open for _finish."""
-    gradebook = _connect(found.db_url)
+    gradebook = _connect(found.db_url, workdir)
     reviews = _record_saved(gradebook, workdir)
     reports.add_students(gradebook, {k.student for k in found.selected_skipped if k.status not in ("refused", "stray")})
 
@@ -530,8 +545,10 @@ def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, wo
                     sha = _sha256(sub.path)
                     earlier = None if options.take_latest else _earlier_stands(workdir, sub, result)
                     if earlier is not None:  # not gradable, and a graded earlier version stands: nothing recorded
+                        faults.check_present(workdir)
                         _hold(workdir, sub, sha, result, earlier, settings, releases[sub.chapter], changes)
                     elif result.status != "error":
+                        faults.check_present(workdir)
                         reports.save_result(workdir, result, sha, releases[sub.chapter], sub.intake())
                         with gradebook_db.transaction(gradebook):  # this process is the gradebook's one writer
                             reviews += reports.record_results(gradebook, [result])
@@ -562,6 +579,7 @@ def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, wo
 def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, interrupted, elapsed, settings: Settings, workers, api,
             options: GradeOptions, changes, out) -> Outcome:
     """The account of what could not be graded, the reports rebuilt from the whole working directory, the table."""
+    faults.check_present(workdir)
     # What could not be graded: this run's account replaces the earlier one for the students it looked at.
     looked_at = {s.student for s in found.subs} | {k.student for k in found.skipped}
     earlier = [k for k in reports.load_skipped(workdir) if not (k.student in looked_at and found.chosen(k.student, k.chapter)) and k.status != "gone"]
@@ -638,7 +656,7 @@ def rebuild_reports(workdir: Path, api, unsaved=(), run=None, out=sys.stdout):
     if run is None:
         info["rebuilt"] = time.strftime("%Y-%m-%d %H:%M:%S")
     info["reports"] = {"notebooks": sum(r.result is not None for r in rows), "students": len({r.student for r in rows}), "by_status": reports.counts(rows)}
-    (workdir / "last_run.json").write_text(json.dumps(info, indent=1, ensure_ascii=False))
+    atomic_write(workdir / "last_run.json", json.dumps(info, indent=1, ensure_ascii=False))
     reports.print_table(rows, out)
     return rows
 
@@ -677,7 +695,7 @@ def report(workdir: Path, course_config=None, out=sys.stdout, db=None) -> int:
     in formgrader, a roster import or a change of due dates). Exit status as for grading."""
     _quiet_nbgrader()
     workdir = Path(workdir).resolve()
-    with lock.hold(workdir, "report"):
+    with faults.guard(workdir, db), lock.hold(workdir, "report"):
         return _report(workdir, course_config, out, db)
 
 
@@ -689,11 +707,12 @@ def _report(workdir: Path, course_config, out, db) -> int:
     settings_file = course_settings(workdir, course_config, state)
     if course_config:
         state["course_config"] = str(settings_file.path)
-        (workdir / "run-state.json").write_text(json.dumps(state))
+        atomic_write(workdir / "run-state.json", json.dumps(state))
     print(f"Using {settings_file.describe()}; gradebook {gradebook_db.describe(db_url)}.", file=out)
     api = nbgrader_api(workdir, settings=settings_file, db_url=db_url)
 
-    with _connect(db_url) as gradebook:
+    faults.check_present(workdir)
+    with _connect(db_url, workdir) as gradebook:
         reviews = _record_saved(gradebook, workdir)
         subs = []
         for (student, chapter), (result, found) in reports.load_results(workdir).items():

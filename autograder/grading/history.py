@@ -23,7 +23,7 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autograder.results import atomic_write
+from autograder.results import atomic_write, atomic_write_bytes
 
 HISTORY_DIR = "history"
 VERSIONS_FILE = "versions.json"
@@ -95,15 +95,6 @@ def _keep_copy(workdir: Path, sub, sha256: str) -> str:
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(target, data)
     return target.relative_to(workdir).as_posix()
-
-
-def atomic_write_bytes(path: Path, data: bytes):
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def mark(workdir: Path, student: str, chapter: str, sha256: str, **fields):

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 LOCK_FILE = ".autograder.lock"
+_HELD = {}  # working directory -> (device, inode) of the lock file this process holds there
 
 
 class WorkdirBusy(Exception):
@@ -39,9 +40,30 @@ def hold(workdir: Path, command: str):
         os.ftruncate(fd, 0)
         since = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         os.pwrite(fd, f"`{command}`, process {os.getpid()} on {socket.gethostname()}, since {since}\n".encode("utf-8"), 0)
+        held = os.fstat(fd)
+        _HELD[str(workdir)] = (held.st_dev, held.st_ino)
         yield
     finally:
+        _HELD.pop(str(workdir), None)
         os.close(fd)  # releases the lock
-        if created and [p.name for p in workdir.iterdir()] == [LOCK_FILE]:
-            path.unlink(missing_ok=True)
-            workdir.rmdir()
+        try:
+            if created and [p.name for p in workdir.iterdir()] == [LOCK_FILE]:
+                path.unlink(missing_ok=True)
+                workdir.rmdir()
+        except OSError:
+            pass  # it vanished, or cannot be written: nothing to tidy
+
+
+def still_held(workdir: Path) -> bool:
+    """False when the working directory whose lock this process holds is gone or was replaced since (removed,
+    renamed, unmounted: its lock file is not the one held); True otherwise, also where no lock is held."""
+    held = _HELD.get(str(Path(workdir)))
+    if held is None:
+        return True
+    try:
+        now = os.stat(Path(workdir) / LOCK_FILE)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True  # cannot look (no permission, a disk error): that fault is said where it hits
+    return (now.st_dev, now.st_ino) == held

@@ -27,6 +27,20 @@ class GradebookError(ValueError):
     """The gradebook URL is wrong or the database cannot be reached: the message says which and how to fix it."""
 
 
+class GradebookUnreachable(GradebookError):
+    """The URL is right but the database cannot be reached (no server, refused, lost): a fault, not a usage error.
+    args: (the URL without its password, the driver's reason on one line)."""
+
+    def __str__(self):
+        return f"cannot reach the gradebook database {self.args[0]}: {self.args[1]}"
+
+
+def _reason(exc) -> str:
+    """A driver's message on one line (psycopg's spans lines and SQLAlchemy adds a link to its docs)."""
+    text = str(getattr(exc, "orig", None) or exc)
+    return " ".join(text.split("(Background on this error at:")[0].split())[:300]
+
+
 def default_url(workdir: Path) -> str:
     return f"sqlite:///{Path(workdir).resolve() / DEFAULT_FILE}"
 
@@ -98,7 +112,7 @@ def exists(url: str) -> bool:
     try:
         return "assignment" in inspect(engine).get_table_names()
     except Exception as exc:
-        raise GradebookError(f"cannot reach the gradebook database {describe(url)}: {type(exc).__name__}: {str(exc).strip()[:300]}") from None
+        raise GradebookUnreachable(describe(url), _reason(exc)) from None
     finally:
         engine.dispose()
 
@@ -111,7 +125,7 @@ def connect(url: str):
     try:
         return Gradebook(url)
     except OperationalError as exc:
-        raise GradebookError(f"cannot reach the gradebook database {describe(url)}: {str(exc.orig or exc).strip()[:300]}") from None
+        raise GradebookUnreachable(describe(url), _reason(exc)) from None
 
 
 @contextlib.contextmanager

@@ -213,7 +213,7 @@ class CsvExport(ExportPlugin):
                                score=max(0.0, submission.score - penalty))
                 rows.append({k: "" if row[k] is None else str(row[k]) for k in keys})
         rows.sort(key=lambda r: (r["assignment"], _sort_key(r["student_id"])))
-        with open(self.to or "grades.csv", "w", newline="", encoding="utf-8") as f:
+        with atomic_open(Path(self.to or "grades.csv")) as f:  # a failed write leaves the old grades.csv whole
             writer = csv.DictWriter(f, fieldnames=keys)
             writer.writeheader()
             writer.writerows(rows)
