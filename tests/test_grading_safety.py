@@ -646,6 +646,17 @@ def test_a_course_under_tmp_stays_visible_in_the_sandbox(tmp_path, monkeypatch):
         f"a venv under /tmp is hidden in the sandbox (exit {result.returncode}): {result.stderr[-500:]}")
 
 
+def test_a_sandbox_that_cannot_run_python_is_found_before_anything_is_graded(monkeypatch):
+    """Once a venv reached through a symbolic link was invisible in the sandbox: every notebook exited 127 and got 0
+    in a run that looked finished. The pre-flight check must pass here, and fail, naming why, when the venv is hidden."""
+    mode = sandbox.mode()
+    assert mode != "none", "this test needs bubblewrap (apt install bubblewrap)"
+    assert sandbox.python_check(mode, sandbox.Limits()) is None
+    monkeypatch.setattr(sandbox, "_python_paths", lambda: [])  # the venv not bound into the sandbox
+    why = sandbox.python_check(mode, sandbox.Limits())
+    assert why and "python" in why.lower(), why
+
+
 # --- Module exercises (chapter 04): cheats on the weights the grader gives ---------------------------
 
 MODULE_CHAPTER = "04-multi-head"

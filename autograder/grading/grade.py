@@ -263,7 +263,7 @@ def _grade(submissions: Path, workdir: Path, options: GradeOptions, out) -> Outc
     found = _discover(submissions, workdir, options, out)
     mode = _sandbox_mode(found.selected, options, out)
     settings, workers = _settings(workdir, options, found, mode)
-    _check_gpu(found, settings)
+    _check_sandbox(found, settings)
     _announce_run(submissions, found, settings, workers, options, out)
     api = nbgrader_api(workdir, options.cell_timeout, found.settings_file, found.db_url)
     releases = _release(workdir, found.selected, api)
@@ -314,10 +314,17 @@ def _sandbox_mode(selected, options: GradeOptions, out) -> str:
     return mode
 
 
-def _check_gpu(found: _Found, settings: Settings):
-    """On cuda, CUDA must work inside the sandbox before anything is graded: otherwise every call of every notebook
-    would fail and every learner would get 0. (With --scheduler each GPU worker host runs its own jobs.)"""
-    if not found.selected or not settings.device.startswith("cuda") or settings.sandbox_mode == "worker hosts":
+def _check_sandbox(found: _Found, settings: Settings):
+    """The sandbox must run the course's Python (and on cuda, CUDA must work inside it) before anything is graded:
+    otherwise every notebook would fail and every learner would get 0. (With --scheduler each worker host checks
+    its own sandbox.)"""
+    if not found.selected or settings.sandbox_mode == "worker hosts":
+        return
+    if not settings.device.startswith("cuda"):
+        why = None if settings.sandbox_mode == "none" else sandbox.python_check(settings.sandbox_mode, settings.limits)
+        if why:
+            raise UsageError(f"the grading sandbox ({settings.sandbox_mode}) cannot run the course's Python on this machine ({why}). "
+                             "Nothing was graded. See guides/security.md on the sandbox, or grade trusted work with --allow-unsandboxed.")
         return
     why = sandbox.gpu_check(settings.sandbox_mode, settings.limits)
     if why:

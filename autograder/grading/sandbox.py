@@ -289,6 +289,31 @@ def gpu_check(sandbox_mode: str, limits: Limits, device: str = "cuda") -> str | 
     return lines[-1] if lines else f"exit status {done.returncode}"
 
 
+def python_check(sandbox_mode: str, limits: Limits) -> str | None:
+    """Can the sandbox run the course's Python and see its packages? None if so, else what went wrong. Run once
+    before a CPU grading run (about a tenth of a second): a sandbox that cannot start Python (a venv it cannot see,
+    a missing setpriv) would give every notebook 0 with "exited with status 127" and a run that looks finished."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="course-sandbox-check-") as tmp:
+        job_dir = Path(tmp)
+        job_dir.chmod(0o755)
+        (job_dir / "runner.py").write_text(
+            "import importlib.util\n"
+            "missing = [m for m in ('torch', 'numpy') if importlib.util.find_spec(m) is None]\n"
+            "print('sandbox ok' if not missing else f'cannot import {missing}')\n")
+        (job_dir / "runner.py").chmod(0o644)
+        argv, env = command(job_dir, sandbox_mode, limits)
+        try:
+            done = subprocess.run(argv, env=env or None, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return "Python did not start in the sandbox within 120 s"
+    if done.returncode == 0 and done.stdout.strip() == "sandbox ok":
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit status {done.returncode}"
+
+
 def command(job_dir: Path, sandbox_mode: str, limits: Limits) -> list[str]:
     # The venv's real path: the binds below are resolved, so a venv reached through a symbolic link (a shared
     # venv linked into a checkout) would otherwise be missing inside the sandbox (every notebook: status 127).
