@@ -290,6 +290,9 @@ def connect(scheduler: str | None = None, workers: int | None = None, device: st
             with contextlib.suppress(Exception):
                 client.close(timeout=10)
         if cluster is not None:
+            # A worker busy importing torch at the end (a loaded machine) is killed after 4 s with a WARNING per
+            # worker: harmless (every result is in by then), and noise at the end of an instructor's run.
+            logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
             with contextlib.suppress(Exception):
                 cluster.close(timeout=10)
 
