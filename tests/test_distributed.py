@@ -434,13 +434,15 @@ def test_the_gradebook_url_and_one_transaction_per_notebook(tmp_path):
         assert [s.id for s in gb.db.query(Student).all()] == ["alice"]
 
 
-@pytest.mark.parametrize("url, message", [
-    ("nosuchdb://somewhere/course", "no database driver"),
-    ("postgresql+psycopg://grader@127.0.0.1:1/course", "cannot reach the gradebook database postgresql+psycopg://grader@127.0.0.1:1/course"),
+@pytest.mark.parametrize("url, message, status", [
+    ("nosuchdb://somewhere/course", "no database driver", 2),  # a wrong command: usage error
+    # a database that cannot be reached: a fault (README's exit statuses), fixed by starting it
+    ("postgresql+psycopg://grader@127.0.0.1:1/course", "cannot reach the gradebook database postgresql+psycopg://grader@127.0.0.1:1/course", 4),
 ])
-def test_a_wrong_database_url_stops_before_grading(tmp_path, url, message):
+def test_a_wrong_database_url_stops_before_grading(tmp_path, url, message, status):
     result = run_python("-m", "autograder", "grade", str(demo.DEMO_DIR), "--workdir", str(tmp_path), "--db", url)
-    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.returncode == status, result.stdout[-2000:] + result.stderr[-2000:]
+    assert not (tmp_path / "results").exists(), "nothing may be graded"
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
 
 
