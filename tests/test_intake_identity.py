@@ -324,3 +324,10 @@ def test_unpacking_is_idempotent_and_leaves_nothing_stale(tmp_path):
     assert second != first and not first.exists() and sorted(p.name for p in second.iterdir()) == ["a.txt"]
     assert os.stat(second / "a.txt").st_mtime == pytest.approx(archive.stat().st_mtime, abs=1), "the archive's time"
     shutil.rmtree(tmp_path / "into")
+
+
+def test_an_archive_given_as_the_class_folder_gets_the_command_to_unpack_it(tmp_path):
+    archive = tmp_path / "class.zip"
+    archive.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip
+    done = run_python("-m", "autograder", "grade", str(archive), "--workdir", str(tmp_path / "work"), "--device", "cpu")
+    assert done.returncode == 2 and f"unzip -d {tmp_path / 'class'} {archive}" in done.stderr, done.stderr[-1000:]

@@ -169,3 +169,4 @@ def test_a_graded_student_no_longer_in_the_folder_keeps_the_score_with_status_go
     carol = runs["grades_gone"]["carol"]
     assert carol["status"] == "gone" and float(carol["raw_score"]) == FULL, carol
     assert runs["carol_gone_row"]["status"] == "gone" and "no folder carol/ any more" in runs["carol_gone_row"]["message"]
+

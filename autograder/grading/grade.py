@@ -254,6 +254,10 @@ def grade(submissions: Path, workdir: Path, options: GradeOptions | None = None,
     _quiet_nbgrader()
     submissions, workdir = Path(submissions).resolve(), Path(workdir).resolve()
     if not submissions.is_dir():
+        if submissions.is_file() and intake.archive_suffix(submissions.name):
+            folder = submissions.with_name(submissions.name[: -len(intake.archive_suffix(submissions.name))])
+            raise UsageError(f"{submissions} is an archive, not a folder: unpack it first ({intake.unpack_command(submissions)}) "
+                             f"and grade the folder {folder}")
         raise UsageError(f"{submissions} is not a folder of submissions (<student>/<chapter-id>/{registry.NOTEBOOK}.ipynb)")
     with faults.guard(workdir, options.db), lock.hold(workdir, "grade"):
         return _grade(submissions, workdir, options, out)
