@@ -423,11 +423,9 @@ class Changes:
     before -> after), held (a resubmission that could not be graded; the earlier version stands)."""
 
     def __init__(self, workdir: Path, releases: dict):
-        self.before, self.checks = {}, {}
-        for student, chapter in reports.load_results(workdir):
-            saved = reports.load_saved(workdir, student, chapter)
-            if saved is not None:
-                self.before[(student, chapter)], self.checks[(student, chapter)] = saved["result"], saved.get("release")
+        records = reports.load_records(workdir)
+        self.before = {key: data["result"] for key, data in records.items()}
+        self.checks = {key: data.get("release") for key, data in records.items()}
         self.release = releases
         self.entries = []
 
@@ -594,7 +592,8 @@ def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, inter
     # What could not be graded: this run's account replaces the earlier one for the students it looked at.
     looked_at = {s.student for s in found.subs} | {k.student for k in found.skipped}
     earlier = [k for k in reports.load_skipped(workdir) if not (k.student in looked_at and found.chosen(k.student, k.chapter)) and k.status != "gone"]
-    gone = _gone(workdir, found)
+    saved = set(changes.before) | {key for key, result in results.items() if result.status != "error"}
+    gone = _gone(found, saved)
     reports.save_skipped(workdir, earlier + found.selected_skipped + gone)
 
     selected, limits, mode = found.selected, settings.limits, settings.sandbox_mode
@@ -630,13 +629,13 @@ def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, inter
     return outcome
 
 
-def _gone(workdir: Path, found: _Found) -> list:
+def _gone(found: _Found, saved: set) -> list:
     """Saved results (of the selection) whose notebook is no longer in the folder: a student renamed or withdrawn,
     a notebook moved. Their scores stay; the status `gone` says so in every report (not counted as a failure)."""
     present = {(s.student, s.chapter) for s in found.subs} | {(k.student, k.chapter) for k in found.skipped if k.chapter}
     folders = {s.student for s in found.subs} | {k.student for k in found.skipped}
     gone = []
-    for student, chapter in reports.load_results(workdir):
+    for student, chapter in sorted(saved):
         if (student, chapter) in present or not found.chosen(student, chapter):
             continue
         where = (f"{student}/ holds no {chapter} notebook any more" if student in folders else

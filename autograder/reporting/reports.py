@@ -64,8 +64,8 @@ def load_saved(workdir: Path, student: str, chapter: str):
         return None
 
 
-def load_results(workdir: Path) -> dict:
-    """{(student, chapter): (Result, intake)} for every saved result in the working directory."""
+def load_records(workdir: Path) -> dict:
+    """{(student, chapter): saved record (load_saved's dict)} for every saved result in the working directory."""
     found = {}
     root = Path(workdir) / "results"
     if not root.is_dir():
@@ -74,8 +74,13 @@ def load_results(workdir: Path) -> dict:
         data = load_saved(workdir, path.parent.name, path.stem)
         if data is not None:
             r = data["result"]
-            found[(r.student, r.chapter)] = (r, data.get("intake") or {})
+            found[(r.student, r.chapter)] = data
     return found
+
+
+def load_results(workdir: Path) -> dict:
+    """{(student, chapter): (Result, intake)} for every saved result in the working directory."""
+    return {key: (data["result"], data.get("intake") or {}) for key, data in load_records(workdir).items()}
 
 
 def load_skipped(workdir: Path) -> list:
