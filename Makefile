@@ -89,10 +89,10 @@ notebooks: $(VENV)/.installed
 grade-demo: $(VENV)/.installed sandbox-tools
 	$(BIN)/python -m autograder grade autograder/demo --workdir grading/demo
 
-# Stock nbgrader autograde, the embedded Dask cluster with all cores and with 1 worker, and the old process pool,
+# Stock nbgrader autograde, and our grader started warm (the default) and cold, with all cores,
 # on the same 36 submissions, four of each chapter (scripts/bench_grading.py).
 bench: $(VENV)/.installed sandbox-tools
-	$(BIN)/python scripts/bench_grading.py -n 36
+	$(BIN)/python scripts/bench_grading.py -n 36 --no-pool --no-one-worker
 
 clean:
 	rm -rf _build grading

@@ -33,6 +33,7 @@ class Result:
     device: str = ""
     sandbox: str = ""
     seconds: float = 0.0
+    start: str = ""  # how its sandbox started: "warm" (forked from the worker's template) or "cold: <why>"
 
     @property
     def first_problem(self) -> str:

@@ -1,7 +1,8 @@
-"""Benchmark (not a test): our grader on Dask (1 and N workers), the plain process pool it replaced, and stock
-nbgrader, in one run on the same submissions.
+"""Benchmark (not a test): our grader (warm and cold start, on Dask with 1 and N workers), the plain process pool
+it replaced, and stock nbgrader, in one run on the same submissions.
 
-    python scripts/bench_grading.py [-n 30] [--chapter ID ...] [--workers N] [--no-stock] [--no-pool] [--no-one-worker]
+    python scripts/bench_grading.py [-n 36] [--chapter ID ...] [--workers N] [--no-stock] [--no-pool] [--no-one-worker]
+        [--no-cold]
 
 The submissions cycle through the chapters (default: every chapter with exercises, a mixed batch) and,
 within each, through the reference solution, two typical wrong answers of its catalogue and the untouched
@@ -13,7 +14,11 @@ in one run on one machine (each of ours in a process of its own, as an instructo
    outside the kernel, gradebook, feedback and reports included, and the assignment generation at its start)
    with N workers (default: all cores), and with 1 worker: the scaling efficiency is t1 / (N * tN);
 3. the same grader with the plain process pool it used before Dask (`pool_grade_all` below, kept here only to
-   measure what the Dask layer costs: cluster start, shipping each job and its files, the scheduler).
+   measure what the Dask layer costs: cluster start, shipping each job and its files, the scheduler);
+4. the same grader started cold (COURSE_WARM=off: a fresh sandbox, Python and `import torch` per notebook) beside
+   the default warm start (each notebook forked from the worker's template, autograder/grading/warm.py).
+Seconds per notebook per chapter are given for each (stock: its per-chapter command's time over the chapter's
+notebooks; ours: each notebook's time in one worker, from its result).
 Every run must give every submission the same score, or the timing means nothing.
 """
 
@@ -65,20 +70,23 @@ def make_submissions(folder: Path, chapters, n: int):
 
 def stock_nbgrader(workdir: Path, chapters) -> tuple[float, dict]:
     """Time `nbgrader autograde` over every submitted notebook, chapter by chapter; return (seconds, {(student,
-    chapter): score})."""
+    chapter): score}, {chapter: seconds})."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), COURSE_GRADING_SEED="0", COURSE_DEVICE="cpu")
     start = time.perf_counter()
+    per_chapter = {}
     for chapter in chapters:
+        begun = time.perf_counter()
         result = subprocess.run(["nbgrader", "autograde", chapter, "--force"], cwd=workdir, capture_output=True, text=True, env=env)
         if result.returncode != 0:
             raise SystemExit(f"stock nbgrader autograde failed for {chapter}:\n{result.stderr[-3000:]}")
+        per_chapter[chapter] = time.perf_counter() - begun
     seconds = time.perf_counter() - start
     scores = {}
     with Gradebook(nbgrader_config(workdir).CourseDirectory.db_url) as gradebook:
         for chapter in chapters:
             for submission in gradebook.assignment_submissions(chapter):
                 scores[(submission.student.id, chapter)] = submission.score
-    return seconds, scores
+    return seconds, scores, per_chapter
 
 
 # --- The plain process pool the grader used before Dask: here only to measure the Dask layer's cost -------------
@@ -128,12 +136,14 @@ def pool_command(submissions: str, workdir: str, workers: int):
         grade(Path(submissions), Path(workdir), GradeOptions(seed=0, device="cpu", workers=workers), out=quiet)
 
 
-def run_ours(submissions: Path, workdir: Path, workers: int, pool=False) -> dict:
+def run_ours(submissions: Path, workdir: Path, workers: int, pool=False, cold=False) -> dict:
     """One run of our grader in a process of its own, as an instructor runs it: `python -m autograder grade` (on
     the embedded Dask cluster), or with `pool` the same grade() on the old process pool. Its timings and scores."""
     from autograder.reporting import reports
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if cold:
+        env["COURSE_WARM"] = "off"
     if pool:
         code = (f"import sys; sys.path.insert(0, {str(ROOT / 'scripts')!r}); import bench_grading; "
                 f"bench_grading.pool_command({str(submissions)!r}, {str(workdir)!r}, {workers})")
@@ -159,6 +169,26 @@ def cluster_start_stop(workers: int) -> float:
     return float(done.stdout.split()[-1])
 
 
+def chapter_table(chapters, warm_results, cold_results, stock_per_chapter) -> list[str]:
+    """Seconds per notebook by chapter: ours warm and cold (each notebook's time in one worker), stock (its
+    per-chapter command's time over the chapter's notebooks), and stock / warm."""
+    def mean(values):
+        return sum(values) / len(values) if values else None
+
+    def cell(value):
+        return f"{value:6.2f}" if value is not None else f"{'-':>6}"
+
+    lines = ["  seconds per notebook by chapter (ours: in one worker; stock: its command's time / notebooks):",
+             f"  {'chapter':<24} {'n':>3} {'warm':>6} {'cold':>6} {'stock':>6} {'stock/warm':>10}"]
+    for chapter in chapters:
+        warm = [r.seconds for r in warm_results if r.chapter == chapter]
+        cold = mean([r.seconds for r in cold_results if r.chapter == chapter])
+        stock = stock_per_chapter[chapter] / len(warm) if chapter in stock_per_chapter and warm else None
+        ratio = f"{stock / mean(warm):9.1f}x" if stock and warm else f"{'-':>10}"
+        lines.append(f"  {chapter:<24} {len(warm):>3} {cell(mean(warm))} {cell(cold)} {cell(stock)} {ratio}")
+    return lines
+
+
 def main():
     from autograder import registry
 
@@ -169,6 +199,7 @@ def main():
     parser.add_argument("--no-stock", action="store_true", help="skip the stock `nbgrader autograde` measurement")
     parser.add_argument("--no-pool", action="store_true", help="skip the old process pool (the Dask layer's cost)")
     parser.add_argument("--no-one-worker", action="store_true", help="skip the 1-worker run (the scaling efficiency)")
+    parser.add_argument("--no-cold", action="store_true", help="skip the cold-start run (a fresh sandbox per notebook)")
     args = parser.parse_args()
     chapters = args.chapter or registry.graded_chapters()
     n_workers = args.workers or os.cpu_count() or 1
@@ -182,6 +213,8 @@ def main():
         runs["dask-N"] = run_ours(submissions, Path(tmp) / "dask-N", n_workers)
         if not args.no_one_worker and n_workers > 1:
             runs["dask-1"] = run_ours(submissions, Path(tmp) / "dask-1", 1)
+        if not args.no_cold:
+            runs["cold-N"] = run_ours(submissions, Path(tmp) / "cold-N", n_workers, cold=True)
         if not args.no_pool:
             runs["pool-N"] = run_ours(submissions, Path(tmp) / "pool-N", n_workers, pool=True)
         ours = runs["dask-N"]
@@ -189,17 +222,18 @@ def main():
             if run["scores"] != ours["scores"]:
                 same = False
                 lines.append(f"  SCORES DIFFER between dask-N and {name}")
-        label = {"dask-N": f"embedded Dask cluster, {n_workers} workers (the default)", "dask-1": "embedded Dask cluster, 1 worker",
-                 "pool-N": f"plain process pool, {n_workers} workers (before Dask)"}
+        label = {"dask-N": f"warm start, Dask, {n_workers} workers (the default)", "dask-1": "warm start, Dask, 1 worker",
+                 "cold-N": f"cold start, Dask, {n_workers} workers", "pool-N": f"warm start, plain process pool, {n_workers} workers"}
         for name, run in runs.items():
             lines.append(f"{label[name]:<48} {run['total']:7.1f} s in all, {run['total'] / args.n:5.2f} s per notebook "
                          f"(grading {run['grading']:.1f} s, {run['grading'] / args.n:.2f} s per notebook)")
+        starts = sorted({r.start for r in ours["results"]})
+        lines.append(f"  how the default run's sandboxes started: {', '.join(starts)}")
         per_notebook = [r.seconds for r in ours["results"]]
-        lines.append(f"  one notebook in one worker: {sum(per_notebook) / len(per_notebook):.2f} s on average")
-        for chapter in chapters:
-            mine = [r.seconds for r in ours["results"] if r.chapter == chapter]
-            if mine and len(chapters) > 1:
-                lines.append(f"  {chapter}: {len(mine)} notebooks, {sum(mine) / len(mine):.2f} s per notebook in one worker (median {sorted(mine)[len(mine) // 2]:.2f} s)")
+        lines.append(f"  one notebook in one worker: {sum(per_notebook) / len(per_notebook):.2f} s on average (warm)")
+        if "cold-N" in runs:
+            cold = [r.seconds for r in runs["cold-N"]["results"]]
+            lines.append(f"  one notebook in one worker: {sum(cold) / len(cold):.2f} s on average (cold)")
         if "dask-1" in runs:
             t1, tn = runs["dask-1"]["grading"], ours["grading"]
             lines.append(f"scaling 1 -> {n_workers} workers (grading phase): {t1 / tn:.2f}x faster, efficiency {t1 / (n_workers * tn):.0%}")
@@ -212,15 +246,20 @@ def main():
                          f"({(ours['total'] - pool['total']) / args.n:+.2f} s per notebook)")
             lines.append(f"  of which starting and stopping the embedded cluster ({n_workers} workers, nothing graded): {fixed:.1f} s; "
                          f"the rest, per notebook: {per_job:+.3f} s")
+        stock_per_chapter = {}
         if not args.no_stock:
-            stock, stock_scores = stock_nbgrader(Path(tmp) / "dask-N", sorted({c for _, c in ours["scores"]}))
+            stock, stock_scores, stock_per_chapter = stock_nbgrader(Path(tmp) / "dask-N", sorted({c for _, c in ours["scores"]}))
             lines.insert(0, f"{'stock nbgrader autograde (in-kernel, serial)':<48} {stock:7.1f} s in all, {stock / args.n:5.2f} s per notebook")
-            lines.append(f"throughput, ours (default) / stock: {stock / ours['total']:.2f}x")
+            lines.append(f"throughput, ours (warm, the default) / stock: {stock / ours['total']:.2f}x")
+            if "cold-N" in runs:
+                lines.append(f"throughput, ours (cold) / stock: {stock / runs['cold-N']['total']:.2f}x")
+                lines.append(f"throughput, warm / cold: {runs['cold-N']['total'] / ours['total']:.2f}x")
             same = same and stock_scores == ours["scores"]
             lines.append(f"same score for every submission: {same} (total {sum(ours['scores'].values()):g} vs {sum(stock_scores.values()):g})")
             if stock_scores != ours["scores"]:
                 keys = sorted(set(ours["scores"]) | set(stock_scores))
                 lines += [f"  differs: {k}: ours {ours['scores'].get(k)} stock {stock_scores.get(k)}" for k in keys if ours["scores"].get(k) != stock_scores.get(k)]
+        lines += chapter_table(chapters, ours["results"], runs.get("cold-N", {}).get("results", []), stock_per_chapter)
     print(f"\nbenchmark: {args.n} submissions of {', '.join(chapters)}; {os.cpu_count()} CPU cores; load average {load:.2f} at the start")
     print("\n".join(lines))
     return 0 if same else 1

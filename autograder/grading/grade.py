@@ -606,12 +606,16 @@ def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, inter
         limits=vars(limits), memory=sandbox.describe_memory(limits) if mode != "none" else "", course_config=str(found.settings_file.path or ""), selection={"only": sorted(options.only or []), "chapters": sorted(options.chapters or [])},
         this_run={"graded": sum(r.status == "graded" for r in outcome), "not_graded": [f"{r.student}/{r.chapter}: {r.status}" for r in outcome if r.status != "graded"],
                   "skipped": [k.to_json() for k in found.selected_skipped], "ignored": found.ignored, "not_selected": len(found.subs) - len(selected)},
-        changes=changes.entries,
+        changes=changes.entries, start=_starts(outcome, done),
     ), out)
     changes.write_csv(workdir / CHANGES_FILE)
     if graded_now > 0:
         print(f"\n{graded_now} notebook(s) run through the grader in {elapsed:.1f} s ({elapsed / graded_now:.2f} s per notebook, "
               f"{_who(workers, options)}); how many of them were graded is below.", file=out)
+        starts = _starts(outcome, done)
+        cold = ", ".join(f"{n} {why}" for why, n in starts["cold"].items())
+        print(f"Start-up: {starts['warm']} notebook(s) forked from a warm template"
+              + (f", {sum(starts['cold'].values())} started cold ({cold})" if cold else "") + ".", file=out)
     for review in reviews:
         print(f"review: {review}", file=out)
     changes.print(out)
@@ -627,6 +631,20 @@ def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, inter
         print(f"\nInterrupted after {len(outcome)} of {len(selected)} notebook(s). Everything above is saved; "
               "run the same command again to grade the rest (same seed, nothing graded twice).", file=out)
     return outcome
+
+
+def _starts(outcome, done) -> dict:
+    """How this run's sandboxes started: {"warm": n, "cold": {why: n}} (autograder.grading.warm)."""
+    warm, cold = 0, {}
+    for result in outcome:
+        if (result.student, result.chapter) in done or not result.start:
+            continue
+        if result.start == "warm":
+            warm += 1
+        else:
+            why = result.start.removeprefix("cold: ")
+            cold[why] = cold.get(why, 0) + 1
+    return {"warm": warm, "cold": cold}
 
 
 def _gone(found: _Found, saved: set) -> list:

@@ -305,13 +305,15 @@ def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dic
 def run_with_restarts(cells, checks_module, settings: Settings):
     """Run the job; a cell that hangs, kills the process or floods the output is skipped and the run
     repeated (the rest of the notebook still gets graded). Returns (records by cell, skip reasons, calls,
-    notes on the run: processes the kernel stopped when the notebook's memory group was full)."""
-    skip, notes = {}, []
+    notes on the run: processes the kernel stopped when the notebook's memory group was full, how the first run's
+    sandbox started: warm or cold and why)."""
+    skip, notes, starts = {}, [], []
     for attempt in range(RESTARTS + 1):
         with tempfile.TemporaryDirectory(prefix="course-job-") as tmp:
             job_dir = Path(tmp)
             calls_by_cell = write_job(job_dir, cells, checks_module, settings, skip)
             outcome = sandbox.run(job_dir, settings.sandbox_mode, settings.limits)
+        starts.append(outcome.start)
         if outcome.oom_kills and outcome.status == "finished":
             notes.append(f"the notebook's processes together went over their memory limit "
                          f"({settings.limits.group_memory_bytes / 2**30:g} GiB): the kernel stopped {outcome.oom_kills} of them")
@@ -320,12 +322,12 @@ def run_with_restarts(cells, checks_module, settings: Settings):
             if record.get("event") in ("done", "probe") and isinstance(record.get("cell"), int):
                 by_cell.setdefault(record["cell"], {})[record["event"]] = record
         if outcome.status == "finished":
-            return by_cell, skip, calls_by_cell, notes
+            return by_cell, skip, calls_by_cell, notes, starts[0]
         culprit = outcome.cell if outcome.cell is not None else (max(by_cell) + 1 if by_cell else 0)
         if culprit in skip or culprit >= len(cells) or attempt == RESTARTS:
             for cell in cells[culprit:]:
                 skip.setdefault(cell["index"], f"not run: the notebook stopped earlier ({outcome.detail})")
-            return by_cell, skip, calls_by_cell, notes
+            return by_cell, skip, calls_by_cell, notes, starts[0]
         skip[culprit] = f"{cells[culprit]['origin']} was stopped: {outcome.detail}"
     raise AssertionError("unreachable")
 
@@ -547,7 +549,7 @@ def grade_submission(student: str, chapter: str, notebook: Path, settings: Setti
     released = released_notebook(workdir, chapter)
     cells, notes, solutions = plan_cells(released, submitted, checks_module)
     edits = readonly_edits(released, submitted)
-    by_cell, skip, calls_by_cell, run_notes = run_with_restarts(cells, checks_module, settings)
+    by_cell, skip, calls_by_cell, run_notes, result.start = run_with_restarts(cells, checks_module, settings)
     result.notes = (read_notes + notes + readonly_edit_notes(edits) + run_notes
                     + [reason for i, reason in sorted(skip.items()) if not reason.startswith("not run")][:5])
     result.cells = judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings, edits)

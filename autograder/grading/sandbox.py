@@ -62,6 +62,7 @@ class Outcome:
     detail: str = ""
     seconds: float = 0.0
     oom_kills: int = 0  # processes the kernel stopped because the notebook's memory group was full
+    start: str = ""  # "warm" (forked from the worker's template) or "cold: <why>"
 
 
 # --- A memory cgroup per sandbox ---------------------------------------------------------------------
@@ -149,6 +150,11 @@ class MemoryGroup:
                 os.write(fd, str(os.getpid()).encode())
             finally:
                 os.close(fd)
+
+    def add(self, pid: int) -> None:
+        """Move another process into the group (the warm template's child, before it may start)."""
+        if self.path is not None:
+            (self.path / "cgroup.procs").write_text(str(pid))
 
     def oom_kills(self) -> int:
         """How many of the group's processes the kernel stopped for lack of memory."""
@@ -314,7 +320,11 @@ def python_check(sandbox_mode: str, limits: Limits) -> str | None:
     return lines[-1] if lines else f"exit status {done.returncode}"
 
 
-def command(job_dir: Path, sandbox_mode: str, limits: Limits) -> list[str]:
+def command(job_dir: Path, sandbox_mode: str, limits: Limits, mount_at: str = "/job", program=None,
+            extra_ro_binds=()) -> list[str]:
+    """The command line of a sandboxed run: `job_dir` read-only at `mount_at`, and `program` (default: the job's
+    runner on the job folder) run by the venv's Python. The warm template (autograder.grading.warm) uses the same
+    sandbox with its own folder at /template and the job folders at /jobs (`extra_ro_binds`)."""
     # The venv's real path: the binds below are resolved, so a venv reached through a symbolic link (a shared
     # venv linked into a checkout) would otherwise be missing inside the sandbox (every notebook: status 127).
     python = str(Path(sys.prefix).resolve() / "bin" / "python")
@@ -326,6 +336,7 @@ def command(job_dir: Path, sandbox_mode: str, limits: Limits) -> list[str]:
         env.update({k: os.environ[k] for k in GPU_ENVIRONMENT if k in os.environ})
     if sandbox_mode == "none":
         return [python, "-I", str(job_dir / "runner.py"), str(job_dir)], env
+    program = program or [f"{mount_at}/runner.py", mount_at]
     args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     if sandbox_mode == "bwrap":
         args += ["--unshare-user"]
@@ -347,16 +358,21 @@ def command(job_dir: Path, sandbox_mode: str, limits: Limits) -> list[str]:
     for path in _python_paths():
         args += _ancestors(path) + ["--ro-bind", str(path), str(path)]
     args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    args += ["--ro-bind", str(job_dir), "/job", "--chdir", "/tmp"]
+    args += ["--ro-bind", str(job_dir), mount_at]
+    for source, target in extra_ro_binds:
+        args += ["--ro-bind", str(source), target]
+    args += ["--chdir", "/tmp"]
     if sandbox_mode == "bwrap-root":
         uid = sandbox_uid()
         args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
                  "--inh-caps=-all", "--bounding-set=-all"]
-    args += [python, "-I", "/job/runner.py", "/job"]
+    args += [python, "-I", *program]
     return args, {}
 
 
-def _set_limits(limits: Limits, sandbox_mode: str, group: MemoryGroup | None = None):
+def set_limits(limits: Limits, sandbox_mode: str, group: MemoryGroup | None = None, cpu: bool = True):
+    """The rlimits of a sandbox's first process (and the memory group it joins), applied before bubblewrap starts.
+    cpu=False for the warm template, which lives for many notebooks: each of its children sets its own CPU limit."""
     def apply():
         if group is not None:
             group.join()
@@ -364,15 +380,31 @@ def _set_limits(limits: Limits, sandbox_mode: str, group: MemoryGroup | None = N
         if limits.memory_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
-        cpu = int(limits.notebook_seconds) + 10
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+        if cpu:
+            seconds = int(limits.notebook_seconds) + 10
+            resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
         if sandbox_mode == "bwrap-root":  # counted for the sandbox's own uid
             resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
     return apply
 
 
 def run(job_dir: Path, sandbox_mode: str, limits: Limits) -> Outcome:
-    """Run the runner on a job folder under the watchdog; every record it sent comes back, whatever happens."""
+    """Run the runner on a job folder under the watchdog; every record it sent comes back, whatever happens.
+    Forked from this worker's warm template where it can be (autograder.grading.warm), else started cold; the
+    outcome says which (`start`)."""
+    from autograder.grading import warm
+
+    outcome, how = warm.run(job_dir, sandbox_mode, limits)
+    if outcome is not None:
+        outcome.start = how
+        return outcome
+    outcome = run_cold(job_dir, sandbox_mode, limits)
+    outcome.start = f"cold: {how}"
+    return outcome
+
+
+def run_cold(job_dir: Path, sandbox_mode: str, limits: Limits) -> Outcome:
+    """A sandbox of its own for this job: bubblewrap, Python and the runner's imports, then the cells."""
     argv, env = command(job_dir, sandbox_mode, limits)
     group = MemoryGroup(limits.group_memory_bytes)
     try:
@@ -385,7 +417,7 @@ def _run(argv, env, sandbox_mode, limits, group) -> Outcome:
     start = time.perf_counter()
     proc = subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        env=env or None, start_new_session=True, preexec_fn=_set_limits(limits, sandbox_mode, group),
+        env=env or None, start_new_session=True, preexec_fn=set_limits(limits, sandbox_mode, group),
     )
     lines: queue.Queue = queue.Queue()
 
@@ -400,8 +432,20 @@ def _run(argv, env, sandbox_mode, limits, group) -> Outcome:
         lines.put(("eof", None))
 
     threading.Thread(target=reader, daemon=True).start()
+
+    def exit_code():
+        _kill(proc)
+        return proc.wait()
+
+    return watch(lines, limits, group, start, exit_code)
+
+
+def watch(lines, limits: Limits, group, start: float, exit_code) -> Outcome:
+    """The watchdog: read the runner's records (`lines.get(timeout)` gives ("line", raw), ("overflow", None) or
+    ("eof", None)) until its end, a time limit, too much output or its death; `exit_code()` ends what is left and
+    says how the process ended (None if unknown)."""
     records, running, cell_started = [], None, start
-    status, detail = "died", ""
+    status, detail, received = "died", "", 0
     while True:
         now = time.perf_counter()
         deadline = min(cell_started + limits.cell_seconds if running is not None else float("inf"), start + limits.notebook_seconds)
@@ -412,7 +456,9 @@ def _run(argv, env, sandbox_mode, limits, group) -> Outcome:
             over_notebook = time.perf_counter() >= start + limits.notebook_seconds
             detail = f"the notebook ran past its time limit ({limits.notebook_seconds:g} s)" if over_notebook else f"a cell ran past the time limit ({limits.cell_seconds:g} s)"
             break
-        if kind == "overflow":
+        if kind == "line":
+            received += len(raw)
+        if kind == "overflow" or received > limits.report_bytes:
             status, detail = "report_limit", f"the code printed or returned more than {limits.report_bytes // 2**20} MiB"
             break
         if kind == "eof":
@@ -431,11 +477,10 @@ def _run(argv, env, sandbox_mode, limits, group) -> Outcome:
         elif record.get("event") == "end":
             status = "finished"
             break
-    _kill(proc)
-    code = proc.wait()
+    code = exit_code()
     oom_kills = group.oom_kills()
     if status == "died":
-        detail = _death(code)
+        detail = _death(code) if code is not None else "the code's process ended before the end"
         if oom_kills:
             detail = (f"the notebook's processes together went over their memory limit ({group.limit / 2**30:g} GiB) "
                       "and the code's process was stopped")

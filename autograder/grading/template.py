@@ -1,0 +1,199 @@
+"""The warm template: runs inside the grading sandbox and forks one child per notebook (issue 18).
+
+Started once per grading worker by `autograder.grading.warm` with the same bubblewrap sandbox, environment and
+rlimits as a cold run, and copied (with the runner, as course_runner.py) into the folder bound at /template. It
+imports what every notebook needs (numpy, torch, the runner) and nothing else: no tensor operation, no autograd,
+no CUDA, no thread pool (the sandbox's OMP_NUM_THREADS=1 keeps OpenBLAS from starting one), so that forking it is
+safe. It never runs a learner's line itself.
+
+Protocol, one JSON object per line. On stdin (from the grader): {"run": "<job folder under /jobs>"}, then
+{"go": "<nonce>"} once the grader has put the child into the notebook's memory group. On stdout (shared with the
+children, whose runner writes its records there too): {"event": "ready", "warm": bool, "why": str}, then per job
+{"event": "forked", "pid": <the child's pid in this sandbox>} and, when the child has gone,
+{"event": "exit", "status": <wait status as an exit code>, "nonce": "<nonce>"}. The nonce reaches the template only
+after the fork, so no child can know it and forge the end of its run.
+
+Each notebook runs in a grandchild: the child M leaves for namespaces of its own (user, mount, PID, network, IPC,
+UTS) and forks G, the first process of the new PID namespace: when G ends, the kernel ends every process the
+notebook started, so nothing is left for the next one. G mounts a fresh /tmp (also the home) and /dev/shm, waits for
+the grader's go, drops its capabilities, applies the notebook's rlimits, reseeds the random generators, and runs the
+runner on the job folder (records on stdout, exactly as a cold run). The template is not dumpable and is outside
+G's PID namespace: G can neither signal it nor read or write its memory.
+"""
+
+import ctypes
+import json
+import os
+import random
+import resource
+import struct
+import sys
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+PR_SET_DUMPABLE = 4
+CAP_VERSION_3 = 0x20080522
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result, what):
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def enter_namespaces():
+    """In M: namespaces of its own, with this sandbox's uid and gid mapped to themselves (same user, no new rights
+    outside)."""
+    uid, gid = os.getuid(), os.getgid()
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # the template is not dumpable; its child must be, to write its maps
+    _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+
+
+def fresh_mounts(tmp_bytes):
+    """In G: mounts private to this notebook, and an empty /tmp and /dev/shm (nothing from an earlier notebook)."""
+    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
+    options = f"size={tmp_bytes},mode=1777".encode()
+    _check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, options), "mount /tmp")
+    if os.path.isdir("/dev/shm"):
+        _check(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, options), "mount /dev/shm")
+
+
+def drop_capabilities():
+    """In G: no capabilities left, even inside its own user namespace (no more mounts or namespaces of its own)."""
+    header = struct.pack("Ii", CAP_VERSION_3, 0)
+    data = bytes(24)  # two __user_cap_data_struct: effective, permitted, inheritable all zero
+    _check(libc.capset(ctypes.c_char_p(header), ctypes.c_char_p(data)), "drop capabilities")
+
+
+def apply_limits(limits):
+    """In G: the notebook's rlimits (a child starts with no CPU time of its own, so the CPU limit is its own)."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.get("memory_bytes"):
+        resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"], limits["memory_bytes"]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"], limits["file_bytes"]))
+    resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_seconds"], limits["cpu_seconds"]))
+
+
+def reseed():
+    """In G: generators as unpredictable as a fresh process's (each child would otherwise repeat the template's)."""
+    import numpy as np
+    import torch
+
+    random.seed()
+    np.random.seed()
+    torch.seed()
+
+
+def grandchild(job_dir, go_fd, limits):
+    """G: the notebook's own process (pid 1 of its namespace)."""
+    import course_runner
+
+    fresh_mounts(limits["tmp_bytes"])
+    os.chdir("/tmp")
+    if os.read(go_fd, 1) != b"g":  # the grader's go: the notebook's memory group is in place
+        os._exit(70)
+    os.close(go_fd)
+    drop_capabilities()
+    apply_limits(limits)
+    reseed()
+    course_runner.main(job_dir)  # ends the process (os._exit) after its last record
+
+
+def child(job_dir, go_fd, limits, report):
+    """M: enters the notebook's namespaces, forks G, reports G's pid, and exits with G's status."""
+    enter_namespaces()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            grandchild(job_dir, go_fd, limits)
+        finally:
+            os._exit(71)
+    os.close(go_fd)
+    report({"event": "forked", "pid": pid})
+    _, status = os.waitpid(pid, 0)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
+def single_threaded():
+    return len(os.listdir("/proc/self/task")) == 1
+
+
+def can_fork_warm(limits):
+    """Can a child get its namespaces and mounts here? Tried once in a throwaway child."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            enter_namespaces()
+            inner = os.fork()
+            if inner == 0:
+                try:
+                    fresh_mounts(limits["tmp_bytes"])
+                    drop_capabilities()
+                    os._exit(0)
+                except BaseException:
+                    os._exit(1)
+            _, status = os.waitpid(inner, 0)
+            os._exit(0 if status == 0 else 2)
+        except BaseException:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    return {0: None, 2: "a child cannot mount its own /tmp", 3: "a child cannot enter namespaces of its own"}.get(
+        os.waitstatus_to_exitcode(status), f"the trial child ended with {status}")
+
+
+def main():
+    limits = json.loads(sys.argv[1])
+    out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+
+    def report(obj):
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    sys.path.insert(0, "/template")
+    import numpy  # noqa: F401  (what every notebook's runner imports: paid once here)
+    import torch  # noqa: F401
+    import course_runner  # noqa: F401
+
+    why = None if single_threaded() else "the template started a thread while importing (a fork would copy it half)"
+    why = why or can_fork_warm(limits)
+    report({"event": "ready", "warm": why is None, "why": why or ""})
+    if why:
+        return
+    for line in sys.stdin:
+        request = json.loads(line)
+        job_dir = os.path.join("/jobs", os.path.basename(request["run"]))
+        go_read, go_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(go_write)
+            try:
+                child(job_dir, go_read, limits, report)
+            finally:
+                os._exit(72)
+        os.close(go_read)
+        go = json.loads(sys.stdin.readline() or "{}")  # after the fork: the child never sees the nonce
+        try:
+            if go.get("go"):
+                os.write(go_write, b"g")
+        except OSError:
+            pass  # the child has already gone (its exit record says how)
+        os.close(go_write)
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+        report({"event": "exit", "status": code, "nonce": go.get("go", "")})
+
+
+if __name__ == "__main__":
+    main()

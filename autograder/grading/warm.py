@@ -1,0 +1,292 @@
+"""Warm start: one sandboxed template per grading worker, forked once per notebook (issue 18).
+
+A cold run (`sandbox.run`) starts bubblewrap, Python and `import torch` for every notebook: 1.5-2.5 s before the
+first cell. Here each worker starts that once: a template process in the same sandbox (`template.py`, see there)
+that has imported numpy, torch and the runner and then forks one child per notebook into namespaces of its own
+(user, mount with a fresh /tmp, PID, network, IPC), with its own memory group (the grader moves the child into it
+before the child may start) and rlimits. The child reports exactly what a cold run reports; the watchdog is the
+same (`sandbox.watch`). A notebook that times out or floods its report ends the whole template (as a cold run
+ends its sandbox); the next notebook starts a new one.
+
+Cold instead, with the reason stated in the run's summary: COURSE_WARM=off, no sandbox, CUDA grading (a template
+must not initialise CUDA, and a forked CUDA context is unusable), or a host where a child cannot get namespaces of
+its own (said by the template when it starts).
+"""
+
+import atexit
+import itertools
+import json
+import os
+import queue
+import secrets
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from autograder.checks import runner
+from autograder.grading import sandbox
+
+START_TIMEOUT_S = 120  # bubblewrap, Python and import torch on a loaded machine
+FORK_TIMEOUT_S = 30  # from the request to the child's pid
+EXIT_TIMEOUT_S = 15  # from the runner's last record to the child's exit
+_templates: dict = {}  # native thread id -> Template (one per grading worker thread)
+_cold_reasons: dict = {}  # (mode, limits) -> why this host runs cold, said once
+
+
+def cold_reason(sandbox_mode: str, limits) -> str | None:
+    """Why a notebook is run cold rather than forked from a template, or None (warm)."""
+    if os.environ.get("COURSE_WARM", "").lower() in ("off", "0", "no", "cold"):
+        return "COURSE_WARM=off"
+    if sandbox_mode == "none":
+        return "no sandbox"
+    if limits.gpu:
+        return "CUDA grading (a template must not initialise CUDA)"
+    return _cold_reasons.get(_key(sandbox_mode, limits))
+
+
+def _key(sandbox_mode, limits):
+    return (sandbox_mode, json.dumps(vars(limits), sort_keys=True, default=str))
+
+
+class TemplateGone(Exception):
+    """The template is not there to fork from (never started, or ended): the notebook is run cold."""
+
+
+class Template:
+    """The template process of this worker thread and the folders it sees: /template (its code) and /jobs (the job
+    folders, one per notebook, read-only)."""
+
+    def __init__(self, sandbox_mode: str, limits):
+        self.mode, self.limits, self.key = sandbox_mode, limits, _key(sandbox_mode, limits)
+        self.folder = Path(tempfile.mkdtemp(prefix="course-template-"))
+        self.spool = Path(tempfile.mkdtemp(prefix="course-jobs-"))
+        self.numbers = itertools.count()
+        self.proc = None
+        self.lines: queue.Queue = queue.Queue()
+        self.pidns = None
+        shutil.copy(Path(__file__).with_name("template.py"), self.folder / "template.py")
+        shutil.copy(Path(runner.__file__), self.folder / "course_runner.py")
+        for path in (self.folder, self.spool, *self.folder.iterdir()):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+    def start(self) -> str | None:
+        """Start the template; None when it is ready to fork, else why it cannot be used on this host."""
+        child_limits = {"memory_bytes": self.limits.memory_bytes, "file_bytes": self.limits.file_bytes,
+                        "cpu_seconds": int(self.limits.notebook_seconds) + 10, "tmp_bytes": self.limits.tmp_bytes}
+        argv, env = sandbox.command(self.folder, self.mode, self.limits, mount_at="/template",
+                                    program=["/template/template.py", json.dumps(child_limits)],
+                                    extra_ro_binds=[(self.spool, "/jobs")])
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     env=env or None, start_new_session=True,
+                                     preexec_fn=sandbox.set_limits(self.limits, self.mode, cpu=False))
+        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
+        ready = self._next_event({"ready"}, time.monotonic() + START_TIMEOUT_S)
+        if ready is None:
+            self.close()
+            return "the template did not start"
+        if not ready.get("warm"):
+            self.close()
+            return ready.get("why") or "the template cannot fork warm here"
+        self.pidns = _pid_namespace_of_child(self.proc.pid)
+        return None
+
+    @staticmethod
+    def _read(proc, lines):
+        for raw in proc.stdout:
+            lines.put(("line", raw))
+        lines.put(("eof", None))
+
+    def _next_event(self, events: set, deadline: float):
+        """The next record of one of these events (other lines are skipped), or None at EOF or the deadline."""
+        while True:
+            try:
+                kind, raw = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            if kind == "eof":
+                return None
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("event") in events:
+                return record
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _send(self, obj):
+        self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def run(self, job_dir: Path) -> sandbox.Outcome:
+        """Run one job folder in a child of the template, under the same watchdog as a cold run."""
+        if not self.alive():
+            raise TemplateGone("the template has ended")
+        name = str(next(self.numbers))
+        target = self.spool / name
+        shutil.copytree(job_dir, target)
+        for path in (target, *target.iterdir()):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        group = sandbox.MemoryGroup(self.limits.group_memory_bytes)
+        try:
+            return self._run(name, group)
+        finally:
+            group.close()
+            shutil.rmtree(target, ignore_errors=True)
+
+    def _run(self, name: str, group) -> sandbox.Outcome:
+        start = time.perf_counter()
+        try:
+            self._send({"run": name})
+            forked = self._next_event({"forked"}, time.monotonic() + FORK_TIMEOUT_S)
+            if forked is None:
+                raise TemplateGone("the template did not fork")
+            if group.path is not None:
+                host_pid = _host_pid(forked.get("pid"), self.pidns)
+                if host_pid is None:
+                    raise TemplateGone("the child's process was not found to put it in its memory group")
+                group.add(host_pid)
+            nonce = secrets.token_hex(16)
+            self._send({"go": nonce})
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise TemplateGone(f"the template stopped answering ({exc})") from None
+        except TemplateGone:
+            self.close()
+            raise
+        source = _JobLines(self.lines, nonce)
+        outcome = sandbox.watch(source, self.limits, group, start, exit_code=lambda: source.exit_status)
+        if outcome.status == "finished" and not source.ended:
+            # The runner's last record came; the child's exit record follows at once unless something is wrong.
+            if not _drain_to_exit(self.lines, nonce, EXIT_TIMEOUT_S):
+                self.close()
+        elif outcome.status != "finished" and not source.ended:
+            self.close()  # time limit, report flood or the template gone: end the whole sandbox, as a cold run does
+        if outcome.status == "died" and not source.ended:
+            raise TemplateGone("the template ended during the notebook")
+        return outcome
+
+    def close(self):
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(self.spool, ignore_errors=True)
+
+
+class _JobLines:
+    """What `sandbox.watch` reads for one job: the template's lines up to the exit record of this job (a forged one
+    lacks the nonce), which reads as the end of the output, with the child's exit status kept."""
+
+    def __init__(self, lines: queue.Queue, nonce: str):
+        self.lines, self.nonce = lines, nonce
+        self.ended, self.exit_status = False, None
+
+    def get(self, timeout):
+        if self.ended:
+            return ("eof", None)
+        kind, raw = self.lines.get(timeout=timeout)
+        if kind == "eof":
+            self.ended = False  # the template itself has gone
+            return (kind, raw)
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            return (kind, raw)
+        if isinstance(record, dict) and record.get("event") == "exit" and record.get("nonce") == self.nonce:
+            self.ended, self.exit_status = True, record.get("status")
+            return ("eof", None)
+        return (kind, raw)
+
+
+def _drain_to_exit(lines, nonce, seconds) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            kind, raw = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            return False
+        if kind == "eof":
+            return False
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("event") == "exit" and record.get("nonce") == nonce:
+            return True
+
+
+def _pid_namespace_of_child(pid: int) -> str | None:
+    """The PID namespace of bubblewrap's first process inside the sandbox (a child of `pid`): the template's."""
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+            if int(fields.get("PPid", "0")) == pid:
+                return os.readlink(status.parent / "ns" / "pid")
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _host_pid(pid, pidns) -> int | None:
+    """The host's pid of a template's child process G, given G's pid in the template's namespace: the process whose
+    NSpid is (host, pid, 1) and whose parent lives in the template's namespace."""
+    if not isinstance(pid, int) or pidns is None:
+        return None
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+            nspid = fields.get("NSpid", "").split()
+            if len(nspid) == 3 and nspid[1] == str(pid) and nspid[2] == "1":
+                if os.readlink(f"/proc/{fields['PPid'].strip()}/ns/pid") == pidns:
+                    return int(nspid[0])
+        except (OSError, ValueError, KeyError):
+            continue
+    return None
+
+
+def run(job_dir: Path, sandbox_mode: str, limits) -> tuple[sandbox.Outcome | None, str]:
+    """Run a job in this worker's template: (outcome, "warm"), or (None, why) when it must be run cold."""
+    why = cold_reason(sandbox_mode, limits)
+    if why:
+        return None, why
+    me = threading.get_native_id()
+    template = _templates.get(me)
+    if template is not None and (template.key != _key(sandbox_mode, limits) or not template.alive()):
+        template.close()
+        template = None
+    if template is None:
+        template = Template(sandbox_mode, limits)
+        why = template.start()
+        if why:
+            _cold_reasons[_key(sandbox_mode, limits)] = why
+            return None, why
+        _templates[me] = template
+    try:
+        return template.run(job_dir), "warm"
+    except TemplateGone as exc:
+        _templates.pop(me, None)
+        template.close()
+        return None, f"the template was lost ({exc}); this notebook ran cold"
+
+
+@atexit.register
+def close_all():
+    for template in list(_templates.values()):
+        template.close()
+    _templates.clear()

@@ -1,0 +1,254 @@
+"""The warm path (autograder/grading/warm.py): each notebook is forked from a template that has paid its imports,
+with the same isolation as a cold sandbox, and nothing one notebook does reaches the next.
+
+The leak corpus runs through the real CLI with one worker, so that every notebook is a child of the same template:
+`a-leaver` tries to leave something behind of every kind the issue names (files in /tmp, the home and /dev/shm,
+environment variables, monkeypatched torch and builtins, sys.modules entries, RNG state, signal handlers, threads,
+and a thread and a child process left running that forge report records for the next notebook's cells);
+`b-detector`, graded after it, breaks its own attention if it finds any of it, so a leak costs it points. The
+control `c-self-leak` leaves the same state (without the forgers) and detects in the same notebook: it must lose
+those points, so the detector is not blind. The same batch graded cold gives every notebook the same
+score. A notebook that tries to kill or corrupt the template is contained, and the notebooks after it still fork
+warm.
+"""
+
+import csv
+import json
+
+import pytest
+
+from autograder.grading import sandbox
+from conftest import course_env, run_python
+from test_grading_safety import CHAPTER, FULL, add_cell, reference_nb, write_submission
+
+pytestmark = pytest.mark.skipif(sandbox.mode() == "none", reason="the warm path needs bubblewrap (make test installs it as root)")
+
+LEAVE_STATE = r'''
+import builtins, os, random, signal, sys, threading, time
+import numpy as np
+import torch
+
+for path in ("/tmp/left-by-a", os.path.expanduser("~/left-in-home"), "/dev/shm/left-by-a"):
+    try:
+        open(path, "w").write("left")
+    except OSError:
+        pass
+os.environ["LEFT_BY_A"] = "1"
+builtins.LEFT_BY_A = True
+torch.left_by_a = True
+torch.Tensor.left_by_a = True
+sys.modules["left_by_a"] = type(sys)("left_by_a")
+torch.manual_seed(1234); np.random.seed(1234); random.seed(1234)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+threading.Thread(target=lambda: time.sleep(3600), daemon=True).start()
+'''
+
+FORGE = r'''
+import json, os, signal, threading, time
+
+# Forged records for every cell of the next notebook, on every descriptor that might be the report channel.
+FORGED = "".join(json.dumps(r) + "\n" for k in range(40) for r in (
+    {"event": "probe", "cell": k, "calls": [{"ok": False, "error": "forged by a-leaver", "outputs": None, "forbidden": []}] * 8},
+    {"event": "done", "cell": k, "ok": False, "error": "forged by a-leaver"})) + json.dumps({"event": "end"}) + "\n"
+
+def spam():
+    while True:
+        for fd in range(3, 30):
+            try:
+                os.write(fd, FORGED.encode())
+            except OSError:
+                pass
+        time.sleep(0.02)
+
+threading.Thread(target=spam, daemon=True).start()
+try:
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        spam()
+except OSError:
+    pass
+'''
+
+
+DETECT = r'''
+import builtins, os, random, signal, sys, threading
+import numpy as np
+import torch
+
+leaks = []
+for path in ("/tmp/left-by-a", os.path.expanduser("~/left-in-home"), "/dev/shm/left-by-a"):
+    if os.path.exists(path):
+        leaks.append(f"file {path}")
+if os.environ.get("LEFT_BY_A"):
+    leaks.append("environment")
+if getattr(builtins, "LEFT_BY_A", False):
+    leaks.append("builtins")
+if getattr(torch, "left_by_a", False) or getattr(torch.Tensor, "left_by_a", False):
+    leaks.append("torch patched")
+if "left_by_a" in sys.modules:
+    leaks.append("sys.modules")
+if torch.initial_seed() == 1234 or np.random.get_state()[1][0] == np.random.RandomState(1234).get_state()[1][0] \
+        or random.getstate() == random.Random(1234).getstate():
+    leaks.append("RNG state")
+if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN or signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN:
+    leaks.append("signal handler")
+if threading.active_count() > 1 or len(os.listdir("/proc/self/task")) > 1:
+    leaks.append("thread")
+if leaks:  # a leak makes this notebook's attention wrong, so it costs points
+    _real_matmul = torch.matmul
+    torch.matmul = lambda a, b, **kw: _real_matmul(a, b, **kw) + 1.0
+    torch.Tensor.__matmul__ = lambda a, b: _real_matmul(a, b) + 1.0
+print("leaks:", leaks)
+'''
+
+KILL_TEMPLATE = r'''
+import os, signal
+for pid in range(1, 200):  # every process this notebook can name or see
+    if pid == os.getpid():
+        continue
+    for sig in (signal.SIGKILL, signal.SIGSTOP):
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+for entry in os.listdir("/proc"):  # and through /proc: the memory of whatever else is listed there
+    if entry.isdigit() and int(entry) != os.getpid():
+        try:
+            with open(f"/proc/{entry}/mem", "r+b") as mem:
+                mem.seek(0x400000)
+                mem.write(b"\0" * 4096)
+        except OSError:
+            pass
+try:
+    os.kill(os.getppid(), signal.SIGKILL)
+    os.kill(-1, signal.SIGKILL)
+except OSError:
+    pass
+'''
+
+
+def _grade(root, workdir, **env):
+    return run_python("-m", "autograder", "grade", str(root), "--workdir", str(workdir), "--device", "cpu", "--seed", "3",
+                      "--workers", "1", "--cell-timeout", "10", timeout=900) if not env else _run_env(root, workdir, env)
+
+
+def _run_env(root, workdir, env):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "autograder", "grade", str(root), "--workdir", str(workdir), "--device", "cpu",
+                           "--seed", "3", "--workers", "1", "--cell-timeout", "10"],
+                          env=course_env(**env), capture_output=True, text=True, timeout=900)
+
+
+def _scores(workdir):
+    with open(workdir / "grades.csv", newline="", encoding="utf-8") as f:
+        return {row["student"]: float(row["score"]) for row in csv.DictReader(f) if row["chapter"] == CHAPTER}
+
+
+def _starts(workdir):
+    return {p.parent.name: json.loads(p.read_text())["result"]["start"] for p in (workdir / "results").glob(f"*/{CHAPTER}.json")}
+
+
+@pytest.fixture(scope="module")
+def leak_batch(tmp_path_factory):
+    root = tmp_path_factory.mktemp("leak-submissions")
+    notebooks = {
+        "a-leaver": add_cell(add_cell(reference_nb(), FORGE, after="imports"), LEAVE_STATE, after="imports"),
+        "b-detector": add_cell(reference_nb(), DETECT, after="imports"),
+        "c-self-leak": add_cell(add_cell(reference_nb(), DETECT, after="imports"), LEAVE_STATE, after="imports"),
+        "d-kills-template": add_cell(reference_nb(), KILL_TEMPLATE, after="imports"),
+        "e-after-kill": add_cell(reference_nb(), DETECT, after="imports"),
+    }
+    for student, nb in notebooks.items():
+        write_submission(root, student, nb)
+    warm_dir, cold_dir = tmp_path_factory.mktemp("warm"), tmp_path_factory.mktemp("cold")
+    warm = _grade(root, warm_dir)
+    cold = _grade(root, cold_dir, COURSE_WARM="off")
+    return dict(warm=warm, cold=cold, warm_dir=warm_dir, cold_dir=cold_dir)
+
+
+def test_the_batch_runs_warm(leak_batch):
+    warm = leak_batch["warm"]
+    assert warm.returncode == 0, f"{warm.stdout[-3000:]}\n{warm.stderr[-3000:]}"
+    starts = _starts(leak_batch["warm_dir"])
+    assert set(starts.values()) == {"warm"}, f"every notebook should fork from the template: {starts}"
+    assert "notebook(s) forked from a warm template" in warm.stdout
+
+
+def test_nothing_a_notebook_leaves_reaches_the_next(leak_batch):
+    scores = _scores(leak_batch["warm_dir"])
+    assert scores["b-detector"] == FULL, f"the notebook graded after a-leaver found something it left: {scores}"
+
+
+def test_the_detector_finds_leaks_in_its_own_notebook(leak_batch):
+    """The control: leaving and detecting in one notebook costs points, so the detector is not blind."""
+    scores = _scores(leak_batch["warm_dir"])
+    assert scores["c-self-leak"] < FULL, f"the detector missed leaks in its own notebook: {scores}"
+
+
+def test_a_notebook_that_attacks_the_template_is_contained(leak_batch):
+    scores, starts = _scores(leak_batch["warm_dir"]), _starts(leak_batch["warm_dir"])
+    assert scores["d-kills-template"] == FULL, f"its own functions are right: {scores}"
+    assert scores["e-after-kill"] == FULL, f"the notebook after it is graded as usual: {scores}"
+    assert starts["e-after-kill"] == "warm", f"the template survived (the next notebook forked warm): {starts}"
+
+
+def test_cold_and_warm_give_the_same_scores(leak_batch):
+    cold = leak_batch["cold"]
+    assert cold.returncode == 0, f"{cold.stdout[-3000:]}\n{cold.stderr[-3000:]}"
+    assert set(_starts(leak_batch["cold_dir"]).values()) == {"cold: COURSE_WARM=off"}
+    assert "started cold (5 COURSE_WARM=off)" in cold.stdout
+    assert _scores(leak_batch["warm_dir"]) == _scores(leak_batch["cold_dir"])
+
+
+def _job(tmp_path, *sources):
+    """A job folder with plain code cells (no probes), as notebook.write_job writes it."""
+    import shutil
+
+    import numpy as np
+
+    from autograder.checks import runner
+
+    folder = tmp_path / f"job{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    cells = [{"index": i, "kind": "code", "probe": None, "source": source} for i, source in enumerate(sources)]
+    (folder / "job.json").write_text(json.dumps({"cells": cells, "probes": {}}))
+    np.savez(folder / "inputs.npz")
+    shutil.copy(runner.__file__, folder / "runner.py")
+    for path in [folder, *folder.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return folder
+
+
+def _printed(outcome):
+    return [r.get("stdout", "").strip() for r in outcome.records if r.get("event") == "done"]
+
+
+def test_a_lost_template_is_replaced_and_a_hung_notebook_ends_only_its_own(tmp_path):
+    """The template killed from outside (a crash, the OOM killer): the next notebook forks from a new one. A notebook
+    past its time limit ends its template as it would end a cold sandbox, and so does nothing to the next notebook;
+    a notebook whose process dies is reported as a cold run reports it."""
+    from autograder.grading import warm
+
+    limits, mode = sandbox.Limits(cell_seconds=3, notebook_seconds=20), sandbox.mode()
+    first = sandbox.run(_job(tmp_path, "print(6 * 7)"), mode, limits)
+    assert (first.status, first.start, _printed(first)) == ("finished", "warm", ["42"]), first
+    template = next(t for t in warm._templates.values() if t.key == warm._key(mode, limits))
+    import os
+
+    os.killpg(template.proc.pid, 9)
+    template.proc.wait()
+    lost = sandbox.run(_job(tmp_path, "print('after the loss')"), mode, limits)
+    assert lost.status == "finished" and _printed(lost) == ["after the loss"], lost
+    again = sandbox.run(_job(tmp_path, "print('warm again')"), mode, limits)
+    assert (again.status, again.start) == ("finished", "warm"), again
+    hung = sandbox.run(_job(tmp_path, "print('before')", "while True: pass", "print('never')"), mode, limits)
+    assert hung.status == "timeout" and hung.cell == 1 and hung.start == "warm", hung
+    after = sandbox.run(_job(tmp_path, "print('next')"), mode, limits)
+    assert (after.status, after.start, _printed(after)) == ("finished", "warm", ["next"]), after
+    died = sandbox.run(_job(tmp_path, "import os; os._exit(3)"), mode, limits)
+    assert died.status == "died" and "status 3" in died.detail and died.start == "warm", died
+    warm.close_all()
