@@ -14,7 +14,8 @@ The package, in rooms (an arrow only points down or sideways to a room below; no
     authoring/       build.py (instructor source -> notebooks), kit.py (build-time helpers for any chapter's
                      visible checks), answers.py (the types of a chapter's test data), demo.py, book.py
     grading/         grade.py (the pipeline: discover -> run in the sandbox -> judge outside -> record),
-                     intake.py, cluster.py (Dask), notebook.py (one notebook), sandbox.py, shortcuts.py
+                     intake.py, cluster.py (Dask), notebook.py (one notebook), sandbox.py, warm.py + template.py (the
+                     warm start: a template per worker, forked per notebook), shortcuts.py
     reporting/       reports.py (CSV, summary, table), feedback.py (the learner's HTML), gradebook.py,
                      latepenalty.py
 

@@ -97,7 +97,8 @@ def checks_version(chapter: str) -> str:
 
 def _grading_files() -> list:
     root = registry.ROOT
-    files = [root / "autograder" / name for name in ("registry.py", "results.py", "grading/notebook.py", "grading/sandbox.py", "grading/shortcuts.py",
+    files = [root / "autograder" / name for name in ("registry.py", "results.py", "grading/notebook.py", "grading/sandbox.py", "grading/warm.py",
+                                                     "grading/template.py", "grading/shortcuts.py",
                                                      "reporting/feedback.py")]
     files += sorted(p for p in (root / "autograder" / "checks").glob("*.py") if not p.name.startswith("ch"))
     return files + sorted((root / "solutions").glob("*.py"))
