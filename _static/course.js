@@ -51,11 +51,11 @@
       s = s.replace(/\\mathbb\{(\w)\}/g, (m, c) => SETS[c] || c)
         .replace(/\\sqrt\{([^{}]*)\}/g, "√$1")
         .replace(/\\frac\{([^{}]*)\}\{([^{}]*)\}/g, "($1)/($2)")
-        .replace(/\\(?:mathrm|text|textbf|mathbf|boldsymbol|operatorname|mathcal|mathit|mathsf|bm)\{([^{}]*)\}/g, "$1")
+        .replace(/\\(?:mathrm|text|textbf|mathbf|boldsymbol|operatorname|mathcal|mathit|mathsf|mathtt|bm)\{([^{}]*)\}/g, "$1")
         .replace(/\\(?:underbrace|overbrace)\{([^{}]*)\}_\{[^{}]*\}/g, "$1")
         .replace(/\\(?:underbrace|overbrace|hat|tilde|bar|vec|overline)\{([^{}]*)\}/g, "$1");
     }
-    s = s.replace(/\\(?:left|right|big|Big|bigg|Bigg)\b\\?/g, "")
+    s = s.replace(/\\_/g, "_").replace(/\\(?:left|right|big|Big|bigg|Bigg)\b\\?/g, "")
       .replace(/\\[,;:!]|\\quad|\\qquad|~/g, " ")
       .replace(/\\([A-Za-z]+)/g, (m, name) => SYMBOLS[name] || name)
       .replace(/\^\{([^{}]*)\}/g, "^$1").replace(/_\{([^{}]*)\}/g, "_$1")

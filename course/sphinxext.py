@@ -6,8 +6,9 @@
   course's figure style (course.figures: the same Chinese font, sizes, the smallest-text record); every
   chapter page gets a folded note saying how to run it as a notebook.
 - html-page-context: every executed page offers its notebook (`.ipynb`, with outputs) in the download menu;
-  each figure keeps at least 1/1.5 of its natural width (on a phone it scrolls inside its box instead of
-  shrinking); the thebe scripts, which the book does not use (no live code), are left out.
+  the thebe scripts, which the book does not use (no live code), are left out; figures (`_figures`): on a wide
+  screen each keeps at least 1/1.5 of its natural width, on a phone it is scaled to the screen, and each is a
+  link to its full-size image.
 """
 
 from __future__ import annotations
@@ -114,22 +115,45 @@ def _page(app: Sphinx, pagename: str, templatename: str, context: dict, doctree)
     body = re.sub(r'<script type="text/x-thebe-config">.*?</script>\s*<script>kernelName = [^<]*</script>', "", body, flags=re.S)
     # The execution table marks success and failure with emoji, which a reader without an emoji font sees as
     # boxes: use the check marks of the text fonts instead.
-    body = body.replace("\u2705", "\u2713 ok").replace("\u274c", "\u2717 failed")
-    # Figures: at least 1/1.5 of their natural width, whatever the screen (narrower boxes scroll, see course.css).
+    context["body"] = body.replace("\u2705", "\u2713 ok").replace("\u274c", "\u2717 failed")
+
+
+def _inside_link(html: str, position: int) -> bool:
+    """Whether `position` of the HTML lies inside an <a> element (Sphinx's scaled images already are one)."""
+    return html.rfind("<a ", 0, position) > html.rfind("</a>", 0, position)
+
+
+def _figures(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """Figures readable on every screen (course.css). Each PNG figure carries its smallest width, 1/1.5 of its
+    natural width, as the CSS variable --course-min-width, which course.css applies on wide screens only: there
+    the figure's text stays as large as the body's small print. On a narrow screen (a phone) the figure is scaled
+    to the column instead of scrolling inside its box, and since it then may be too small to read, every figure
+    is a link to its full-size image, which the reader opens (and zooms) with a tap."""
+    body = context.get("body")
+    if not body:
+        return
     sources = {Path(dest).name: Path(app.srcdir, src) for src, dest in app.builder.images.items()}
 
-    def min_width(m: re.Match) -> str:
-        path = sources.get(m.group(2).rsplit("/", 1)[-1])
-        width = _png_width(path) if path and path.is_file() else None
-        if not width:
-            return m.group(0)
-        return f'<img{m.group(1)}src="{m.group(2)}" style="min-width: {width / figures.MAX_SHRINK:.0f}px"'
+    def figure(m: re.Match) -> str:
+        tag, src = m.group(0), m.group(1)
+        path = sources.get(src.rsplit("/", 1)[-1])
+        width = _png_width(path) if path and path.is_file() and src.endswith(".png") else None
+        if width:
+            min_width = f"--course-min-width: {width / figures.MAX_SHRINK:.0f}px"
+            if ' style="' in tag:
+                tag = tag.replace(' style="', f' style="{min_width}; ', 1)
+            else:
+                tag = tag.replace("<img ", f'<img style="{min_width}" ', 1)
+        if _inside_link(body, m.start()):
+            return tag
+        return f'<a class="course-figure-link" href="{src}" title="Open the full-size image">{tag}</a>'
 
-    context["body"] = re.sub(r'<img([^>]*?)src="([^"]+\.png)"', min_width, body)
+    context["body"] = re.sub(r'<img\b[^>]*?\bsrc="([^"]+)"[^>]*>', figure, body)
 
 
 def setup(app: Sphinx) -> dict:
     app.connect("builder-inited", _build_font)
     app.connect("source-read", _inject)
     app.connect("html-page-context", _page, priority=400)  # before the theme builds its download menu (501)
+    app.connect("html-page-context", _figures, priority=450)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -62,19 +62,50 @@
     }
     overflow.culprits = overflow.culprits.map((c) => `${describe(c.el)} reaches ${c.right}px`);
 
-    // 2. Images: shown at no less than 1/1.5 of their natural width.
+    // 2. Images: how wide each is shown (against its natural width and its column, the nearest box that is not
+    // inline: a link around the image does not count), where its right edge is, and whether a link around it
+    // opens the image itself (its full size).
     const images = [];
+    const column = (el) => {
+      let box = el.parentElement;
+      while (box.parentElement && getComputedStyle(box).display.startsWith("inline")) box = box.parentElement;
+      return box.clientWidth;
+    };
+    const path = (url) => new URL(url, document.baseURI).pathname;
     for (const img of article.querySelectorAll("img")) {
       if (!img.naturalWidth || !visible(img)) continue;
-      const shown = img.getBoundingClientRect().width;
+      const r = img.getBoundingClientRect();
+      const link = img.closest("a[href]");
       images.push({ src: img.getAttribute("src"), url: img.src, natural: img.naturalWidth,
-                    shown: Math.round(shown * 10) / 10, column: img.parentElement.clientWidth });
+                    shown: Math.round(r.width * 10) / 10, column: column(img), right: Math.round(r.right),
+                    fullSize: !!link && path(link.href) === path(img.currentSrc || img.src) });
     }
 
-    // 3. Formulas: every .math element typeset by MathJax, without TeX errors.
+    // 3. Formulas: every .math element typeset by MathJax, without TeX errors or TeX commands shown as text;
+    // display equations no wider than their column.
     const maths = [...document.querySelectorAll(".math")];
     const untypeset = maths.filter((m) => !m.querySelector("mjx-container")).map((m) => m.textContent.trim().slice(0, 80));
     const texErrors = [...document.querySelectorAll("mjx-merror")].map((m) => (m.getAttribute("data-mjx-error") || m.textContent).slice(0, 80));
+    // A TeX command that MathJax shows as text (\text{max\_norm} prints its backslash): MathJax's copy for
+    // screen readers has the text of each \text{} as it is shown.
+    const rawTex = [...document.querySelectorAll("mjx-assistive-mml mtext")].map((t) => t.textContent)
+      .filter((t) => t.includes("\\")).slice(0, 5);
+    // Display equations wider than their column (they scroll sideways inside their box): the typeset formula
+    // (mjx-math) against the width its container has (what is left of the column beside an equation number).
+    const tex = (el) => {
+      try {
+        const item = window.MathJax.startup.document.getMathItemsWithin(el)[0];
+        if (item) return item.math.trim().replace(/\s+/g, " ").slice(0, 70);
+      } catch (e) { /* no MathJax API: describe the element instead */ }
+      return describe(el);
+    };
+    const wideEquations = [];
+    for (const box of document.querySelectorAll('mjx-container[display="true"]')) {
+      const formula = box.querySelector(":scope > mjx-math");
+      if (!formula || !visible(box)) continue;
+      const wide = formula.getBoundingClientRect().width;
+      if (wide > box.clientWidth + 1) wideEquations.push({ tex: tex(box), width: Math.round(wide), column: box.clientWidth });
+    }
 
     // 4. Text, for the Chinese characters (checked against the served font in Python), and the web fonts.
     const text = document.title + "\n" + document.body.textContent + "\n" +
@@ -86,7 +117,7 @@
     const small = document.querySelector("div.cell_output pre, div.highlight pre");
     const smallPrint = parseFloat(getComputedStyle(small || document.documentElement).fontSize) * (small ? 1 : 0.875);
 
-    return { overflow, images, smallPrint, formulas: maths.length, untypeset, texErrors, text, fonts,
+    return { overflow, images, smallPrint, formulas: maths.length, untypeset, texErrors, rawTex, wideEquations, text, fonts,
              width: window.innerWidth, mathjax: !!(window.MathJax && window.MathJax.startup) };
   }
 

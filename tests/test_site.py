@@ -3,10 +3,12 @@ phone (390 px) width, served from 127.0.0.1, with no Chinese system font visible
 
 - no horizontal overflow (the page is never wider than the window; wide tables and formulas scroll inside
   their own box, and no box clips content without scrolling);
-- no image shown at less than 1/1.5 of its natural width;
+- every figure fits its column; at desktop width none is shown at less than 1/1.5 of its natural width (nor its
+  text smaller than the small print); on a phone each is scaled to the screen and is a link to its full-size image;
 - no JavaScript error (uncaught exceptions, failed loads of scripts, styles or fonts, console.error);
 - every Chinese character on the site is in the web font the site serves, and the page loaded that font;
-- every formula typeset by MathJax, without TeX errors.
+- every formula typeset by MathJax, without TeX errors or TeX commands shown as text (`\\text{max\\_norm}`);
+- at desktop width, no display equation wider than its column (long ones are split across lines).
 
 Each rule is also shown to fail on a small page made to break it (the `test_probe_catches_*` tests).
 
@@ -224,14 +226,18 @@ def problems(report: dict, errors: list[str], served: set[str]) -> dict[str, lis
         found.setdefault("overflow", []).append(f"page is {ov['page']}px wide in a {ov['viewport']}px window: {ov['culprits']}")
     for clip in ov["clipped"]:
         found.setdefault("overflow", []).append(f"clipped without a scrollbar: {clip}")
+    desktop = report["width"] == WIDTHS["desktop"][0]
     for img in report["images"]:
-        if img["natural"] > MAX_SHRINK * img["shown"] + 1:
+        if img["shown"] > img["column"] + 1 or img["right"] > report["width"] + 1:
             found.setdefault("image", []).append(
-                f"{img['src']} is {img['natural']}px wide, shown at {img['shown']}px ({img['natural'] / img['shown']:.2f}x smaller)")
-        if report["width"] == WIDTHS["desktop"][0]:  # at the book's content width (desktop)
-            if img["shown"] > img["column"] + 1:
+                f"{img['src']} is shown {img['shown']}px wide in a {img['column']}px column (right edge at "
+                f"{img['right']}px of {report['width']}px): it does not fit, it scrolls or is cut")
+        if not desktop and not img["fullSize"]:  # a phone: the figure fits the screen, the full size is a tap away
+            found.setdefault("image", []).append(f"{img['src']} is not a link to its full-size image")
+        if desktop:  # at the book's content width: figures readable as they are
+            if img["natural"] > MAX_SHRINK * img["shown"] + 1:
                 found.setdefault("image", []).append(
-                    f"{img['src']} ({img['natural']}px) is wider than the {img['column']}px content column: it scrolls")
+                    f"{img['src']} is {img['natural']}px wide, shown at {img['shown']}px ({img['natural'] / img['shown']:.2f}x smaller)")
             text_px = smallest_text_px(img["url"])
             if text_px is not None and text_px * img["shown"] / img["natural"] < report["smallPrint"] - 0.25:
                 found.setdefault("image", []).append(
@@ -251,6 +257,12 @@ def problems(report: dict, errors: list[str], served: set[str]) -> dict[str, lis
             f"{len(report['untypeset'])} of {report['formulas']} formulas not typeset, e.g. {report['untypeset'][:3]}")
     if report["texErrors"]:
         found.setdefault("formula", []).append(f"TeX errors: {report['texErrors'][:3]}")
+    if report["rawTex"]:
+        found.setdefault("formula", []).append(f"TeX commands shown as text: {report['rawTex'][:3]}")
+    if desktop:  # on a phone a long equation scrolls inside its own box; at desktop width it must fit
+        for eq in report["wideEquations"]:
+            found.setdefault("equation", []).append(
+                f"display equation {eq['width']}px wide in a {eq['column']}px column: {eq['tex']}")
     return found
 
 
@@ -313,12 +325,19 @@ FIXTURE_OK = '<p>Attention 注意力: <span class="math notranslate nohighlight"
 FIXTURES = {
     "overflow": '<pre style="white-space: pre; overflow: visible">' + "x" * 400 + "</pre>",
     "overflow-clipped": '<div style="overflow: hidden; width: 200px"><div style="width: 600px">cut off</div></div>',
-    "image": '<div style="width: 300px"><img src="/fixtures/wide.png" style="width: 100%"></div>',
+    # a figure shrunk 4x at desktop width (a link to its full size, so on a phone it is fine)
+    "image": '<div style="width: 300px"><a href="/fixtures/wide.png"><img src="/fixtures/wide.png" style="width: 100%"></a></div>',
     # a figure whose smallest text (9 px, recorded in the PNG as the figure style does) is shown at full size:
     # smaller than the small print at the book's content width (checked at desktop width)
-    "image-text": '<img src="/fixtures/small-text.png">',
+    "image-text": '<a href="/fixtures/small-text.png"><img src="/fixtures/small-text.png"></a>',
     # a figure wider than the content column: it is not shrunk, but it has to scroll
     "image-column": '<div style="width: 300px; overflow-x: auto"><img src="/fixtures/small-text.png" style="min-width: 360px"></div>',
+    # the site's old phone layout: a figure kept at 2/3 of its natural width, scrolling inside its box on a phone
+    # (at desktop width it fits, at 1.5x smaller)
+    "image-phone": '<div style="overflow-x: auto"><a href="/fixtures/wide.png"><img src="/fixtures/wide.png" '
+                   'style="min-width: 800px; max-width: 100%"></a></div>',
+    # a figure that fits the phone's screen but cannot be opened at full size
+    "image-phone-nolink": '<img src="/fixtures/wide.png" style="max-width: 100%">',
     "javascript": "<script>const THEBE_JS_URL = 1;</script><script>const THEBE_JS_URL = 2;</script>",
     "javascript-load": '<script src="/_static/no-such-script.js"></script>',
     "chinese": "<p>一个不在字体里的字：鑫</p>",
@@ -327,11 +346,18 @@ FIXTURES = {
     "formula": '<p><span class="math notranslate nohighlight">\\(\\frac{1}\\)</span></p>',
     # a formula that reached the page without its TeX delimiters, so MathJax never sees it
     "formula-untypeset": '<p><span class="math notranslate nohighlight">x + y</span></p>',
+    # `\\_` is not a command inside \\text{}: MathJax shows the backslash
+    "formula-rawtex": '<p><span class="math notranslate nohighlight">\\(\\text{max\\_norm}\\)</span></p>',
+    # a display equation (in Sphinx's markup) about 700 px wide in a 400 px column: it scrolls sideways
+    "equation": '<div style="max-width: 400px"><div class="math notranslate nohighlight">\\['
+                + " + ".join(f"x_{{{i}}}" for i in range(1, 31)) + "\\]</div></div>",
 }
 
 
-# Where a rule applies: the figure text size and the content column are the desktop layout's rules.
-FIXTURE_WIDTHS = {"image-text": ["desktop"], "image-column": ["desktop"]}
+# Where a rule applies: figure size and text size and the width of display equations are the desktop layout's
+# rules; a figure that fits the phone's screen and opens at full size is the phone's.
+FIXTURE_WIDTHS = {"image": ["desktop"], "image-text": ["desktop"], "image-phone": ["phone"],
+                  "image-phone-nolink": ["phone"], "equation": ["desktop"]}
 
 
 def write_fixture(folder: Path, name: str) -> str:
@@ -370,6 +396,33 @@ def test_probe_catches_a_page_that_breaks_a_rule(site, browser, served_chars, na
         assert list(found) == expected, f"{name} @ {width}: expected {expected}, got {found}"
 
 
+ERRATA_IDS = """(() => [...document.querySelectorAll('td a[href*="#errata-"]')]
+  .map((a) => ({ id: a.textContent, lines: a.getClientRects().length })))()"""
+
+
+def errata_ids(browser, url: str, width: str) -> list[dict]:
+    """The errata ids linked from table cells on the page, with the number of lines each is drawn on."""
+    browser.open(url, width)
+    return browser.call("Runtime.evaluate", session=True, returnByValue=True, expression=ERRATA_IDS)["result"]["value"]
+
+
+@needs_browser
+def test_errata_ids_stay_on_one_line(site, browser):
+    """The errata table's first column is narrow: without course.css's nowrap an id broke at its hyphen ("000-" /
+    "1"). Shown on a table without that rule (a fixture), then on the errata page at both widths."""
+    server, folder = site
+    (folder / "errata-wrap.html").write_text(
+        FIXTURE_HEAD + '<table><tr><td style="width: 1px"><p><a class="reference internal" href="#errata-000-1">'
+        '<span class="std std-ref">000-1</span></a></p></td><td>' + "words " * 40 + "</td></tr></table></article></body></html>",
+        encoding="utf-8")
+    assert [i["lines"] for i in errata_ids(browser, server.url + "fixtures/errata-wrap.html", "phone")] == [2]
+    for width in WIDTHS:
+        ids = errata_ids(browser, server.url + "chapters/errata.html", width)
+        assert len(ids) >= 10, ids
+        wrapped = [i["id"] for i in ids if i["lines"] != 1]
+        assert not wrapped, f"errata ids drawn on more than one line at {width}: {wrapped}"
+
+
 @needs_browser
 def test_search_snippets_show_formulas_as_text(site, browser):
     """Sphinx's search snippets are cut from the page text, where a formula is its TeX source; the site's
@@ -379,7 +432,8 @@ def test_search_snippets_show_formulas_as_text(site, browser):
     cases = {r"\(\mathrm{softmax}(QK^\top/\sqrt{d_k})\,V\)": "softmax(QKᵀ/√d_k) V",
              r"\(\sqrt{d_k}\)": "√d_k",
              r"\(\sum_j a_{ij} v_j\)": "Σ_j a_ij v_j",
-             r"\(X \in \mathbb{R}^{n \times d}\)": "X ∈ ℝ^n × d"}
+             r"\(X \in \mathbb{R}^{n \times d}\)": "X ∈ ℝ^n × d",
+             r"\(\sqrt{\mathtt{head\_dim}}\)": "√head_dim"}
     for tex, text in cases.items():
         got = browser.call("Runtime.evaluate", session=True, returnByValue=True,
                            expression=f"window.courseTexToText({json.dumps(tex)})")["result"]["value"]
