@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from pybtex.database import parse_file, parse_string
 
-from conftest import ROOT, run_python
+from conftest import BUILD_DIR, ROOT, run_python
 
 BIB = ROOT / "chapters" / "references.bib"
 # The pages of the book: every Markdown source listed in _toc.yml lives in these places.
@@ -216,7 +216,7 @@ def test_strict_build_passes_with_a_known_key_and_cites_author_year(tmp_path):
 def test_the_site_lists_every_entry_with_its_link(built_book):
     """On the built site, the References page has one entry per .bib entry, each with its link."""
     bib = parse_file(str(BIB))
-    html = (ROOT / "_build" / "html" / "chapters" / "references.html").read_text(encoding="utf-8")
+    html = (BUILD_DIR / "_build" / "html" / "chapters" / "references.html").read_text(encoding="utf-8")
     for key, entry in bib.entries.items():
         link = entry.fields.get("url") or "https://doi.org/" + entry.fields["doi"]
         assert f'href="{link}"' in html, f"{key}: {link} is not linked on the References page"
