@@ -156,3 +156,61 @@ def test_typeset_check_finds_a_tex_error(built_book):
         assert errors >= 1 and typeset == formulas
     finally:
         broken.unlink(missing_ok=True)
+
+
+def test_intro_is_a_chapter_map(built_book):
+    """The introduction links every chapter once in its map, names what the learner writes in each (the grader's
+    graded functions), draws the map, and no longer repeats the sidebar's "Chapters" list."""
+    import importlib
+
+    from autograder import registry
+
+    page = (HTML / "intro.html").read_text(encoding="utf-8")
+    assert "at a glance" in page and "<h2>Chapters" not in page
+    # The hidden toctrees of the table of contents stay; no visible list of links repeats the sidebar.
+    assert all(not body.strip() for body in re.findall(r'<div class="toctree-wrapper compound">(.*?)</div>', page, re.S))
+    for chapter in registry.CHAPTER_IDS:
+        assert f'href="chapters/{chapter}/index.html"' in page, chapter
+        checks = importlib.import_module(f"autograder.checks.{registry.module_name(chapter)}").CHECKS
+        for grade_id in checks:
+            assert f"{grade_id.removesuffix('_hidden')}</span></code>" in page, (chapter, grade_id)
+    assert re.search(r'<img[^>]+src="_images/[0-9a-f]+\.png"', page), "the chapter diagram is missing"
+
+
+def test_build_status_shows_when_each_page_changed(built_book):
+    """Build status has a row per page with the date its source last changed, and the execution table's column
+    says it is the time the code was run."""
+    page = (HTML / "chapters" / "build-status.html").read_text(encoding="utf-8")
+    table = page[page.index("course-page-sources"):]
+    for source in toc_files():
+        path = source + ".md"
+        assert f"<code class=\"docutils literal notranslate\"><span class=\"pre\">{path}</span></code>" in table, path
+    assert re.search(r"<td><p>\d{4}-\d\d-\d\d</p></td>", table)
+    assert "Code last run" in page and ">Modified<" not in page
+
+
+def test_page_dates_fall_back_without_git(tmp_path):
+    """A git checkout gives the last commit's date; a copy without .git (or unpacked inside another repository)
+    the file's date, marked as such; an uncommitted change is said."""
+    import os
+
+    from course.buildstatus import git_root, last_change
+
+    page = tmp_path / "page.md"
+    page.write_text("# A page\n")
+    os.utime(page, (946_684_800, 946_684_800))  # 2000-01-01 UTC
+    assert git_root(tmp_path) is None
+    date, how = last_change(page, None)
+    assert how == "file date (no git history in this copy)" and date.startswith(("1999-12-31", "2000-01-01"))
+
+    env = dict(os.environ, GIT_AUTHOR_DATE="2001-02-03T12:00:00Z", GIT_COMMITTER_DATE="2001-02-03T12:00:00Z",
+               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.org")
+    for args in (["init", "-q"], ["add", "page.md"], ["commit", "-qm", "page"]):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, env=env, capture_output=True)
+    assert git_root(tmp_path) == tmp_path
+    assert last_change(page, tmp_path) == ("2001-02-03", "last commit")
+    page.write_text("# A page, edited\n")
+    assert last_change(page, tmp_path)[1] == "file date (changed since its last commit, 2001-02-03)"
+    # An archive unpacked inside some other repository is not that repository's checkout.
+    (tmp_path / "unpacked").mkdir()
+    assert git_root(tmp_path / "unpacked") is None
