@@ -197,12 +197,15 @@ def directive_markdown(name: str, argument: str, body: list[str], resolver: Reso
         math = "\n".join(rest).strip()
         if "label" in options:
             math += f" \\tag{{{equation_number(options['label'], resolver)}}}"
+            return f'<a id="equation-{options["label"]}"></a>\n\n$$\n{math}\n$$'
         return f"$$\n{math}\n$$"
+    anchor = f'<a id="{options["name"]}"></a>\n\n' if options.get("name") else ""
     if name in ("figure", "image"):
         alt = inline(options.get("alt", ""), resolver, attachments)
         image = f"![{alt}]({resolver.image(argument)})"
         caption = markdown(rest, resolver, attachments).strip()
-        return image + (f"\n\n*{caption}*" if caption and name == "figure" else "")
+        caption = numbered(caption, options, resolver) if name == "figure" else ""
+        return anchor + image + (f"\n\n*{caption}*" if caption else "")
     if name in ("glue", "glue:", "glue:any", "glue:figure", "glue:math", "glue:md"):
         output = resolver.glue(argument)
         if name == "glue:md":
@@ -213,14 +216,27 @@ def directive_markdown(name: str, argument: str, body: list[str], resolver: Reso
         else:
             shown = pasted(output, attachments, argument)
         caption = markdown(rest, resolver, attachments).strip()
-        return shown + (f"\n\n*{caption}*" if caption else "")
+        caption = numbered(caption, options, resolver)
+        return anchor + shown + (f"\n\n*{caption}*" if caption else "")
     title = inline(argument.strip(), resolver, attachments)
     content = markdown(rest, resolver, attachments).strip("\n")
     if name in ADMONITIONS:
         title = title or name.capitalize()
         return quoted(f"**{title}**\n\n{content}")
+    if name in ("table", "list-table") and options.get("name"):
+        return f"{anchor}**{numbered(title, options, resolver)}**\n\n{content}"
     # a table, a list-table or a directive of another extension: its title in bold, then its content
     return (f"**{title}**\n\n" if title else "") + content
+
+
+def numbered(caption: str, options: dict, resolver: Resolver) -> str:
+    """A caption after the number the page gives its figure or table ("Fig. 9.3: caption")."""
+    number = ""
+    if options.get("name"):
+        text = resolver.xref("numref", options["name"], None)
+        m = re.match(r"\[(.*)\]\(.*\)$", text, flags=re.S)
+        number = m.group(1) if m else ""
+    return f"{number}{': ' if number and caption else ''}{caption}"
 
 
 def equation_number(label: str, resolver: Resolver) -> str:

@@ -136,15 +136,19 @@ def test_the_conversion_of_each_kind_of_myst():
     """Without a site: values formatted as myst-nb formats them, admonitions as quotes, labels as anchors,
     code left as written, numbered equations tagged; removed Markdown goes, removed code stays collapsed."""
     glue = {"x": {"data": {"text/plain": "0.123456"}}, "n": {"data": {"text/plain": "301989888"}},
-            "t": {"data": {"text/markdown": "**bold** and {doc}`intro`", "text/plain": "'t'"}}}
+            "t": {"data": {"text/markdown": "**bold** and {doc}`intro`", "text/plain": "'t'"}},
+            "img": {"data": {"image/png": "iVBORw0KGgo=", "text/plain": "<Figure size 640x480 with 1 Axes>"}}}
 
     class Numbered(downloads.Resolver):
         def xref(self, role, target, title):
-            return "[(9.2)](#equation-kv)" if role == "eq" else f"[{title or target.upper()}]({target}.html)"
+            if role == "eq":
+                return "[(9.2)](#equation-kv)"
+            return "[Fig. 9.1](#fig-a)" if role == "numref" else f"[{title or target.upper()}]({target}.html)"
 
     source = ("(sec-a)=\n## A\nIt is {glue:text}`x:.1f`, {glue:text}`n:,` FLOPs, {glue:text}`x`; {glue:md}`t`.\n"
               ":::{admonition} Why\n:class: tip dropdown\nSee {ref}`Section A <sec-a>`.\n\n```python\nprint('{doc}`x`')\n```\n:::\n"
-              "After.\n\n```{note}\nPlain {math}`a^2`.\n```\n$$\nE = mc^2\n$$ (kv)\n\n% a comment\nEnd `{doc}` and {eq}`kv`.")
+              "After.\n\n```{note}\nPlain {math}`a^2`.\n```\n$$\nE = mc^2\n$$ (kv)\n\n% a comment\n```{glue:figure} img\n:name: fig-a\n\nThe {glue:text}`x:.2f` curve.\n```\n"
+              "End `{doc}` and {eq}`kv`.")
     cells = [source, nbformat.v4.new_code_cell("glue('x', 0.123456)", metadata={"tags": ["remove-cell"]}),
              nbformat.v4.new_markdown_cell("hidden", metadata={"tags": ["remove-cell"]})]
     out = downloads.readable_notebook(notebook(*cells), Numbered(glue))
@@ -154,6 +158,8 @@ def test_the_conversion_of_each_kind_of_myst():
     assert "> **Why**\n>\n> See [Section A](sec-a.html).\n>\n> ```python\n> print('{doc}`x`')\n> ```\n\nAfter." in text
     assert "> **Note**\n>\n> Plain $a^2$." in text
     assert "E = mc^2\n\\tag{9.2} $$" in text and "a comment" not in text
+    assert '<a id="fig-a"></a>\n\n![img](attachment:img.png)\n\n*Fig. 9.1: The 0.12 curve.*' in text
+    assert out.cells[0].attachments == {"img.png": {"image/png": "iVBORw0KGgo="}}
     assert text.endswith("End `{doc}` and [(9.2)](#equation-kv).")
     assert [c.cell_type for c in out.cells] == ["markdown", "code"]
     assert out.cells[1].metadata["collapsed"] and out.cells[1].metadata["jupyter"]["source_hidden"]
