@@ -130,7 +130,7 @@ def role_markdown(name: str, content: str, resolver: Resolver, attachments: dict
             return inline(pasted_markdown(output), resolver, attachments)
         return plain_text(output, fmt if colon else "s")
     if name in ("glue", "glue:", "glue:any"):
-        return pasted(resolver.glue(content), attachments, content)
+        return inline(pasted(resolver.glue(content), attachments, content), resolver, attachments)
     if name == "math":
         return f"${content}$"
     if name in ("sub", "sup", "kbd"):
@@ -214,7 +214,7 @@ def directive_markdown(name: str, argument: str, body: list[str], resolver: Reso
             latex = output["data"].get("text/latex") or output["data"]["text/plain"]
             shown = "$$\n" + ("".join(latex) if isinstance(latex, list) else latex).strip().strip("$") + "\n$$"
         else:
-            shown = pasted(output, attachments, argument)
+            shown = inline(pasted(output, attachments, argument), resolver, attachments)
         caption = markdown(rest, resolver, attachments).strip()
         caption = numbered(caption, options, resolver)
         return anchor + shown + (f"\n\n*{caption}*" if caption else "")
