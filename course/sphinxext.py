@@ -5,24 +5,26 @@
 - source-read: in every notebook page that draws, a hidden cell after `%matplotlib inline` applies the
   course's figure style (course.figures: the same Chinese font, sizes, the smallest-text record); every
   chapter page gets a folded note saying how to run it as a notebook.
-- html-page-context: every executed page offers its notebook (`.ipynb`, with outputs) in the download menu;
-  the thebe scripts, which the book does not use (no live code), are left out; figures (`_figures`): on a wide
+- html-page-context: every executed page offers its notebook (`.ipynb`, with outputs) in the download menu,
+  rewritten to read like the page (course.downloads: glued values, plain Markdown admonitions and links); the
+  thebe scripts, which the book does not use (no live code), are left out; figures (`_figures`): on a wide
   screen each keeps at least 1/1.5 of its natural width, on a phone it is scaled to the screen, and each is a
   link to its full-size image.
+- build-finished: the course's source files packed as `_downloads/transformer-course.tar.gz` (course.downloads),
+  which the role {course-archive}`text` links to (the run note of every chapter, the introduction).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import shutil
 import struct
 from pathlib import Path
 
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
-from course import figures, fonts
+from course import downloads, figures, fonts
 
 logger = logging.getLogger(__name__)
 CHAPTER_PAGE = re.compile(r"chapters/\d\d-[^/]+/index")
@@ -41,9 +43,12 @@ RUN_NOTE = """
 :::{admonition} Run this page yourself
 :class: tip dropdown course-run-note
 This page is a Jupyter notebook. Download it, with its outputs, from the download menu at the top of the page
-(*.ipynb*) or here: {nb-download}`notebook <NAME>`. It runs in Jupyter once the course is installed: in a copy
-of the course's repository, `pip install -e .` (that makes `solutions`, the reference code that the page
-imports, and the figure style importable), then `jupyter lab NAME`.
+(*.ipynb*) or here: {nb-download}`notebook <NAME>`. It runs in Jupyter once the course is installed. Download
+{course-archive}`the course (transformer-course.tar.gz)`, unpack it, and in its folder
+`python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e .` (Python 3.11: the pinned requirements,
+and the course itself, which makes `solutions`, the reference code that the page imports, and the figure style
+importable); then `.venv/bin/jupyter lab NAME` where you saved the notebook. In the same folder, `make book`
+builds this site and `make test` runs the course's tests (README.md).
 :::
 """
 
@@ -99,9 +104,8 @@ def _page(app: Sphinx, pagename: str, templatename: str, context: dict, doctree)
     # The executed notebook, offered by the theme's download menu (which looks for `ipynb_source`).
     executed = outdir.parent / "jupyter_execute" / f"{pagename}.ipynb"
     if doctree is not None and executed.is_file():
-        target = outdir / "_sources" / f"{pagename}.ipynb"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(executed, target)
+        # As the page reads: glued values, plain Markdown admonitions and links (course/downloads.py).
+        downloads.write_notebook(app, pagename, executed, outdir / "_sources" / f"{pagename}.ipynb")
         context["ipynb_source"] = f"{pagename}.ipynb"
     # No thebe: the page has no live code, and its two configuration scripts declared the same constant twice.
     # (In place: these are the builder's own lists, which later handlers, e.g. MathJax's, still append to.)
@@ -151,7 +155,28 @@ def _figures(app: Sphinx, pagename: str, templatename: str, context: dict, doctr
     context["body"] = re.sub(r'<img\b[^>]*?\bsrc="([^"]+)"[^>]*>', figure, body)
 
 
+def _archive_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """{course-archive}`text`: a link to the course archive the build writes, relative to the page."""
+    from docutils import nodes
+    from sphinx.util.osutil import relative_uri
+
+    env = inliner.document.settings.env
+    uri = relative_uri(env.app.builder.get_target_uri(env.docname), downloads.ARCHIVE)
+    return [nodes.reference(rawtext, text, refuri=uri, classes=["course-archive"])], []
+
+
+def _write_archive(app: Sphinx, exception: Exception | None) -> None:
+    """The course as a source archive beside the site, when the book is built from the course's root."""
+    root = Path(app.srcdir)
+    if exception is not None or app.builder.format != "html" or not (root / "pyproject.toml").is_file():
+        return
+    count = downloads.write_archive(root, Path(app.outdir) / downloads.ARCHIVE)
+    logger.info(f"[course] course archive: {downloads.ARCHIVE}, {count} files")
+
+
 def setup(app: Sphinx) -> dict:
+    app.add_role("course-archive", _archive_role)
+    app.connect("build-finished", _write_archive)
     app.connect("builder-inited", _build_font)
     app.connect("source-read", _inject)
     app.connect("html-page-context", _page, priority=400)  # before the theme builds its download menu (501)

@@ -465,13 +465,15 @@ def test_search_results_show_no_raw_tex(site, browser):
 
 
 def test_every_chapter_offers_its_notebook(built_book):
-    """The download menu of each chapter page offers the executed notebook (.ipynb), and the page says how to run it."""
+    """The download menu of each chapter page offers the executed notebook (.ipynb), and the page says how to run it
+    and where to get the course (the archive: tests/test_downloads.py checks that it installs)."""
     for chapter in sorted(p.parent.name for p in (ROOT / "chapters").glob("[0-9][0-9]-*/index.md")):
         page = (HTML / "chapters" / chapter / "index.html").read_text(encoding="utf-8")
         assert f"_sources/chapters/{chapter}/index.ipynb" in page, f"{chapter}: no .ipynb in the download menu"
         assert (HTML / "_sources" / "chapters" / chapter / "index.ipynb").is_file()
         text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", page))
-        assert "Run this page yourself" in text and "pip install -e ." in text, f"{chapter}: the page does not say how to run it"
+        assert "Run this page yourself" in text and "pip install -c constraints.txt -e ." in text, f"{chapter}: the page does not say how to run it"
+        assert "transformer-course.tar.gz" in text and "make book" in text, f"{chapter}: the page does not say where to get the course"
 
 
 def test_a_downloaded_page_runs_after_installing_the_course(built_book, tmp_path):
