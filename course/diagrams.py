@@ -130,7 +130,8 @@ def kv_cache_step(t: int = 5, d_k: int = 4) -> Figure:
     fig, ax = new_diagram(7.6, 5.4, (-1.5, 33.5), (-13.5, 4.2))
     new = dict(edge=COLOURS["new"])
     # the new token: q_t, k_t, v_t, one row each
-    ax.text(0, 3.3, f"step t = {t}: the new token", va="center", fontweight="bold")
+    # (no bold: the CJK fallback font has a single weight, and matplotlib would warn on stderr)
+    ax.text(0, 3.3, f"step t = {t}: the new token", va="center")
     for i, (name, colour) in enumerate([("k", "k"), ("v", "v"), ("q", "q")]):
         y = 1.6 - i * 1.6
         grid(ax, 0, y + 0.5, 1, d_k, COLOURS[colour])
