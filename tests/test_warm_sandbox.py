@@ -12,7 +12,6 @@ score. A notebook that tries to kill or corrupt the template is contained, and t
 warm.
 """
 
-import csv
 import json
 
 import pytest
@@ -143,13 +142,16 @@ def _run_env(root, workdir, env):
                           env=course_env(**env), capture_output=True, text=True, timeout=900)
 
 
+def _results(workdir):
+    return {p.parent.name: json.loads(p.read_text())["result"] for p in (workdir / "results").glob(f"*/{CHAPTER}.json")}
+
+
 def _scores(workdir):
-    with open(workdir / "grades.csv", newline="", encoding="utf-8") as f:
-        return {row["student"]: float(row["score"]) for row in csv.DictReader(f) if row["chapter"] == CHAPTER}
+    return {student: result["score"] for student, result in _results(workdir).items()}
 
 
 def _starts(workdir):
-    return {p.parent.name: json.loads(p.read_text())["result"]["start"] for p in (workdir / "results").glob(f"*/{CHAPTER}.json")}
+    return {student: result["start"] for student, result in _results(workdir).items()}
 
 
 @pytest.fixture(scope="module")

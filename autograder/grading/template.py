@@ -13,11 +13,11 @@ children, whose runner writes its records there too): {"event": "ready", "warm":
 {"event": "exit", "status": <wait status as an exit code>, "nonce": "<nonce>"}. The nonce reaches the template only
 after the fork, so no child can know it and forge the end of its run.
 
-Each notebook runs in a grandchild: the child M leaves for namespaces of its own (user, mount, PID, network, IPC,
+Each notebook runs below a child: the child M leaves for namespaces of its own (user, mount, PID, network, IPC,
 UTS) and forks G, the first process of the new PID namespace: when G ends, the kernel ends every process the
 notebook started, so nothing is left for the next one. G mounts a fresh /tmp (also the home) and /dev/shm, waits for
-the grader's go, drops its capabilities, applies the notebook's rlimits, reseeds the random generators, and runs the
-runner on the job folder (records on stdout, exactly as a cold run). The template is not dumpable and is outside
+the grader's go, drops its capabilities and forks R, which applies the notebook's rlimits, reseeds the random
+generators, and runs the runner on the job folder (records on stdout, exactly as a cold run); G reaps until R ends. The template is not dumpable and is outside
 G's PID namespace: G can neither signal it nor read or write its memory.
 """
 
@@ -96,15 +96,35 @@ def reseed():
 
 
 def grandchild(job_dir, go_fd, limits):
-    """G: the notebook's own process (pid 1 of its namespace)."""
-    import course_runner
-
+    """G: the first process of the notebook's PID namespace. It prepares the mounts, waits for the grader's go, and
+    forks the process that runs the notebook (R), then reaps until R ends and ends with R's status: the kernel
+    then ends whatever else the notebook started. R is not the namespace's first process, so signals reach it as
+    they reach a cold run's process (a namespace's first process ignores the signals it has no handler for)."""
     fresh_mounts(limits["tmp_bytes"])
     os.chdir("/tmp")
-    if os.read(go_fd, 1) != b"g":  # the grader's go: the notebook's memory group is in place
+    if os.read(go_fd, 1) != b"g":  # the grader's go: G is in the notebook's memory group, and R will be too
         os._exit(70)
     os.close(go_fd)
     drop_capabilities()
+    runner_pid = os.fork()
+    if runner_pid == 0:
+        try:
+            run_notebook(job_dir, limits)
+        finally:
+            os._exit(73)
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            os._exit(74)
+        if pid == runner_pid:
+            os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
+def run_notebook(job_dir, limits):
+    """R: the notebook's rlimits and fresh random generators, then the runner, exactly as in a cold run."""
+    import course_runner
+
     apply_limits(limits)
     reseed()
     course_runner.main(job_dir)  # ends the process (os._exit) after its last record
