@@ -180,6 +180,17 @@ def test_the_batch_runs_warm(leak_batch):
     assert "notebook(s) forked from a warm template" in warm.stdout
 
 
+def test_no_template_folder_outlives_its_grader(leak_batch):
+    """The workers close their templates when the run ends; folders of a grader killed before it could are removed by
+    the next one's first template."""
+    import tempfile
+    from pathlib import Path
+
+    left = [p.name for p in Path(tempfile.gettempdir()).glob("course-[tj]*-*-*")
+            if p.name.startswith(("course-template-", "course-jobs-")) and not Path(f"/proc/{p.name.split('-')[2]}").exists()]
+    assert not left, f"template folders of graders that have ended: {left}"
+
+
 def test_nothing_a_notebook_leaves_reaches_the_next(leak_batch):
     scores = _scores(leak_batch["warm_dir"])
     assert scores["b-detector"] == FULL, f"the notebook graded after a-leaver found something it left: {scores}"

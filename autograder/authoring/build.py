@@ -527,20 +527,64 @@ def instructor_notebook(chapter_id: str, template_text: str | None = None) -> nb
     return nb
 
 
-def write_instructor_sources(workdir: Path, chapters=None) -> list[str]:
-    """Render every chapter's instructor notebook into <workdir>/source/<chapter>/exercises.ipynb."""
+def write_instructor_sources(workdir: Path, chapters=None, cache: bool = False) -> list[str]:
+    """Render every chapter's instructor notebook into <workdir>/source/<chapter>/exercises.ipynb. With `cache`
+    (grading runs), a rendering made earlier from the same inputs is reused (`render_cache_path`): rendering runs
+    the reference solutions and the catalogue of mistakes, about 1.3 s a chapter, on every run otherwise."""
     chapters = chapters or registry.graded_chapters()
     for chapter_id in chapters:
         target = workdir / "source" / chapter_id / f"{registry.NOTEBOOK}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)
-        text = nbformat.writes(instructor_notebook(chapter_id))
-        atomic_write(target, text if text.endswith("\n") else text + "\n")  # as nbformat.write, never half a file
+        cached = render_cache_path(chapter_id) if cache else None
+        text = _read_cached(cached)
+        if text is None:
+            text = nbformat.writes(instructor_notebook(chapter_id))
+            text = text if text.endswith("\n") else text + "\n"  # as nbformat.write
+            if cached is not None:
+                try:
+                    cached.parent.mkdir(parents=True, exist_ok=True)
+                    atomic_write(cached, text)
+                except OSError:
+                    pass  # no cache where none can be written: the next run renders again
+        atomic_write(target, text)  # never half a file
     return chapters
 
 
-def generate_assignments(workdir: Path, chapters=None, api=None) -> list[str]:
+def render_cache_path(chapter_id: str) -> Path:
+    """Where the rendering of a chapter's instructor notebook is kept between grading runs: named by a fingerprint
+    of everything it is made from (the chapter's source and test data, the authoring code, and the grading
+    fingerprint: grading code, check library, the chapter's checks, every solution, torch and numpy versions), so a
+    change to any of them renders it again. $COURSE_RENDER_CACHE, else ~/.cache/transformer-course."""
+    import hashlib
+    import os
+
+    from autograder.grading import cluster
+
+    digest = hashlib.sha256(cluster.checks_version(chapter_id).encode())
+    root = registry.ROOT / "autograder"
+    files = sorted((root / "authoring").glob("*.py")) + sorted((root / "source" / chapter_id).rglob("*"))
+    for path in files:
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    folder = os.environ.get("COURSE_RENDER_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transformer-course"
+    return Path(folder) / f"{chapter_id}-{digest.hexdigest()[:20]}.ipynb"
+
+
+def _read_cached(path: Path | None) -> str | None:
+    """The cached rendering, if it is there and a valid notebook (a damaged one is rendered again)."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+        nbformat.validate(nbformat.reads(text, as_version=4))
+        return text
+    except (OSError, ValueError, nbformat.ValidationError):
+        return None
+
+
+def generate_assignments(workdir: Path, chapters=None, api=None, cache: bool = False) -> list[str]:
     """Instructor sources -> nbgrader generate_assignment (fills the gradebook) -> <workdir>/release/."""
-    chapters = write_instructor_sources(workdir, chapters)
+    chapters = write_instructor_sources(workdir, chapters, cache=cache)
     api = api or nbgrader_api(workdir)
     for chapter_id in chapters:
         result = api.generate_assignment(chapter_id, force=True, create=True)

@@ -243,6 +243,11 @@ def _plugin():
         def setup(self, worker):
             _worker_setup()
 
+        def teardown(self, worker):
+            from autograder.grading import warm
+
+            warm.close_all()  # the worker's warm templates and their folders
+
     return GraderSetup()
 
 

@@ -61,8 +61,9 @@ class Template:
 
     def __init__(self, sandbox_mode: str, limits):
         self.mode, self.limits, self.key = sandbox_mode, limits, _key(sandbox_mode, limits)
-        self.folder = Path(tempfile.mkdtemp(prefix="course-template-"))
-        self.spool = Path(tempfile.mkdtemp(prefix="course-jobs-"))
+        _remove_orphans()
+        self.folder = Path(tempfile.mkdtemp(prefix=f"course-template-{os.getpid()}-"))
+        self.spool = Path(tempfile.mkdtemp(prefix=f"course-jobs-{os.getpid()}-"))
         self.numbers = itertools.count()
         self.proc = None
         self.lines: queue.Queue = queue.Queue()
@@ -187,6 +188,16 @@ class Template:
                     pass
         shutil.rmtree(self.folder, ignore_errors=True)
         shutil.rmtree(self.spool, ignore_errors=True)
+
+
+def _remove_orphans():
+    """Remove the folders of templates whose grading process is gone (a worker killed before it could clean up:
+    its template died with it, bubblewrap's --die-with-parent)."""
+    for path in Path(tempfile.gettempdir()).glob("course-[tj]*-*-*"):
+        parts = path.name.split("-")
+        if path.name.startswith(("course-template-", "course-jobs-")) and parts[2].isdigit() \
+                and not Path(f"/proc/{parts[2]}").exists():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 class _JobLines:
