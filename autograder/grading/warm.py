@@ -102,19 +102,7 @@ class Template:
 
     def _next_event(self, events: set, deadline: float):
         """The next record of one of these events (other lines are skipped), or None at EOF or the deadline."""
-        while True:
-            try:
-                kind, raw = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                return None
-            if kind == "eof":
-                return None
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and record.get("event") in events:
-                return record
+        return _next_record(self.lines, deadline, lambda record: record.get("event") in events)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -212,8 +200,7 @@ class _JobLines:
         if self.ended:
             return ("eof", None)
         kind, raw = self.lines.get(timeout=timeout)
-        if kind == "eof":
-            self.ended = False  # the template itself has gone
+        if kind == "eof":  # the template itself has gone (self.ended stays False)
             return (kind, raw)
         try:
             record = json.loads(raw)
@@ -225,21 +212,29 @@ class _JobLines:
         return (kind, raw)
 
 
-def _drain_to_exit(lines, nonce, seconds) -> bool:
-    deadline = time.monotonic() + seconds
+def _next_record(lines: queue.Queue, deadline: float, wanted):
+    """The next JSON record on the template's lines for which wanted(record) holds (others are skipped), or None at
+    EOF or the deadline."""
     while True:
         try:
             kind, raw = lines.get(timeout=max(0.01, deadline - time.monotonic()))
         except queue.Empty:
-            return False
+            return None
         if kind == "eof":
-            return False
+            return None
         try:
             record = json.loads(raw)
         except ValueError:
             continue
-        if isinstance(record, dict) and record.get("event") == "exit" and record.get("nonce") == nonce:
-            return True
+        if isinstance(record, dict) and wanted(record):
+            return record
+
+
+def _drain_to_exit(lines, nonce, seconds) -> bool:
+    """Whether this job's exit record (with its nonce) comes within `seconds`; what the child wrote after its last
+    record is skipped."""
+    wanted = lambda record: record.get("event") == "exit" and record.get("nonce") == nonce  # noqa: E731
+    return _next_record(lines, time.monotonic() + seconds, wanted) is not None
 
 
 def _pid_namespace_of_child(pid: int) -> str | None:
