@@ -215,7 +215,7 @@ def main():
         # fill that cache first, so that no run below pays for rendering and the order of the runs does not matter.
         from autograder.authoring.build import write_instructor_sources
 
-        write_instructor_sources(Path(tmp) / "render", chapters, cache=True)
+        write_instructor_sources(Path(tmp) / "render", chapters, cache=cluster.checks_version)
         runs = {}
         runs["dask-N"] = run_ours(submissions, Path(tmp) / "dask-N", n_workers)
         if not args.no_one_worker and n_workers > 1:

@@ -239,13 +239,16 @@ def test_postgres_on_a_dask_cluster_gives_the_sqlite_scores_and_nbgrader_export_
     assert _gradebook_scores(url) == (pg_scores, pg_rows), "re-recording is idempotent"
 
 
-def _job_dir(bwrap: psutil.Process):
-    """The job folder a sandbox runs (bwrap's `--ro-bind <dir> /job`)."""
+def _job_dirs(bwrap: psutil.Process) -> list:
+    """The job folders a sandbox runs: a cold sandbox's one (bwrap's `--ro-bind <dir> /job`), or those in a warm
+    template's job folder (bound at /jobs: the notebook it is running now)."""
     args = bwrap.cmdline()
     for i in range(len(args) - 2):
         if args[i] == "--ro-bind" and args[i + 2] == "/job":
-            return Path(args[i + 1])
-    return None
+            return [Path(args[i + 1])]
+        if args[i] == "--ro-bind" and args[i + 2] == "/jobs":
+            return sorted(p for p in Path(args[i + 1]).iterdir() if p.is_dir())
+    return []
 
 
 class WorkerKiller(threading.Thread):
@@ -266,20 +269,21 @@ class WorkerKiller(threading.Thread):
                     continue
                 for box in sandboxes:
                     try:
-                        job = _job_dir(box)
-                        text = (job / "job.json").read_text() if job else ""
                         worker = box.parent()
                         if worker is None or worker.name() == "bwrap":  # bwrap's own init inside the sandbox
                             continue
+                        jobs = [(job, (job / "job.json").read_text()) for job in _job_dirs(box)]
                     except (psutil.Error, OSError):
                         continue
-                    if not text or box.pid in seen:
-                        continue
-                    poisoned = POISON in text
-                    if poisoned or not any(not p for p in self.killed):
-                        seen.add(box.pid)
-                        worker.send_signal(signal.SIGKILL)
-                        self.killed.append(poisoned)
+                    for job, text in jobs:
+                        if not text or (box.pid, str(job)) in seen:
+                            continue
+                        poisoned = POISON in text
+                        if poisoned or not any(not p for p in self.killed):
+                            seen.add((box.pid, str(job)))
+                            worker.send_signal(signal.SIGKILL)
+                            self.killed.append(poisoned)
+                            break
             time.sleep(0.05)
 
 

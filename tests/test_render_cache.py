@@ -26,8 +26,8 @@ def counted(monkeypatch, tmp_path):
 
 
 def test_a_second_run_reuses_the_rendering(counted, tmp_path):
-    build.write_instructor_sources(tmp_path / "a", [CHAPTER], cache=True)
-    build.write_instructor_sources(tmp_path / "b", [CHAPTER], cache=True)
+    build.write_instructor_sources(tmp_path / "a", [CHAPTER], cache=cluster.checks_version)
+    build.write_instructor_sources(tmp_path / "b", [CHAPTER], cache=cluster.checks_version)
     assert counted == [CHAPTER], f"rendered {len(counted)} times for two runs with nothing changed"
     first, second = (tmp_path / w / "source" / CHAPTER / "exercises.ipynb" for w in ("a", "b"))
     assert first.read_text() == second.read_text(), "the reused rendering differs from the first"
@@ -39,19 +39,18 @@ def test_without_the_cache_every_call_renders(counted, tmp_path):
     assert counted == [CHAPTER, CHAPTER]
 
 
-def test_a_change_to_the_checks_renders_again(counted, tmp_path, monkeypatch):
-    build.write_instructor_sources(tmp_path / "a", [CHAPTER], cache=True)
-    before = build.render_cache_path(CHAPTER)
-    monkeypatch.setattr(cluster, "checks_version", lambda chapter: "a fixed check")
-    assert build.render_cache_path(CHAPTER) != before, "the cache key ignores the chapter's checks"
-    build.write_instructor_sources(tmp_path / "b", [CHAPTER], cache=True)
+def test_a_change_to_the_checks_renders_again(counted, tmp_path):
+    build.write_instructor_sources(tmp_path / "a", [CHAPTER], cache=cluster.checks_version)
+    before = build.render_cache_path(CHAPTER, cluster.checks_version(CHAPTER))
+    assert build.render_cache_path(CHAPTER, "a fixed check") != before, "the cache key ignores the chapter's checks"
+    build.write_instructor_sources(tmp_path / "b", [CHAPTER], cache=lambda chapter: "a fixed check")
     assert counted == [CHAPTER, CHAPTER], "a rendering made with other checks was reused"
 
 
 def test_a_damaged_cache_entry_is_rendered_again(counted, tmp_path):
-    build.write_instructor_sources(tmp_path / "a", [CHAPTER], cache=True)
-    path = build.render_cache_path(CHAPTER)
+    build.write_instructor_sources(tmp_path / "a", [CHAPTER], cache=cluster.checks_version)
+    path = build.render_cache_path(CHAPTER, cluster.checks_version(CHAPTER))
     path.write_text(path.read_text()[:500])  # cut short, as by a full disk
-    build.write_instructor_sources(tmp_path / "b", [CHAPTER], cache=True)
+    build.write_instructor_sources(tmp_path / "b", [CHAPTER], cache=cluster.checks_version)
     assert counted == [CHAPTER, CHAPTER], "a truncated rendering was used"
     nbformat.validate(nbformat.read(tmp_path / "b" / "source" / CHAPTER / "exercises.ipynb", as_version=4))

@@ -247,21 +247,21 @@ def test_a_lost_template_is_replaced_and_a_hung_notebook_ends_only_its_own(tmp_p
     from autograder.grading import warm
 
     limits, mode = sandbox.Limits(cell_seconds=3, notebook_seconds=20), sandbox.mode()
-    first = sandbox.run(_job(tmp_path, "print(6 * 7)"), mode, limits)
+    first = warm.run_job(_job(tmp_path, "print(6 * 7)"), mode, limits)
     assert (first.status, first.start, _printed(first)) == ("finished", "warm", ["42"]), first
     template = next(t for t in warm._templates.values() if t.key == warm._key(mode, limits))
     import os
 
     os.killpg(template.proc.pid, 9)
     template.proc.wait()
-    lost = sandbox.run(_job(tmp_path, "print('after the loss')"), mode, limits)
+    lost = warm.run_job(_job(tmp_path, "print('after the loss')"), mode, limits)
     assert lost.status == "finished" and _printed(lost) == ["after the loss"], lost
-    again = sandbox.run(_job(tmp_path, "print('warm again')"), mode, limits)
+    again = warm.run_job(_job(tmp_path, "print('warm again')"), mode, limits)
     assert (again.status, again.start) == ("finished", "warm"), again
-    hung = sandbox.run(_job(tmp_path, "print('before')", "while True: pass", "print('never')"), mode, limits)
+    hung = warm.run_job(_job(tmp_path, "print('before')", "while True: pass", "print('never')"), mode, limits)
     assert hung.status == "timeout" and hung.cell == 1 and hung.start == "warm", hung
-    after = sandbox.run(_job(tmp_path, "print('next')"), mode, limits)
+    after = warm.run_job(_job(tmp_path, "print('next')"), mode, limits)
     assert (after.status, after.start, _printed(after)) == ("finished", "warm", ["next"]), after
-    died = sandbox.run(_job(tmp_path, "import os; os._exit(3)"), mode, limits)
+    died = warm.run_job(_job(tmp_path, "import os; os._exit(3)"), mode, limits)
     assert died.status == "died" and "status 3" in died.detail and died.start == "warm", died
     warm.close_all()

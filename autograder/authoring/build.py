@@ -527,15 +527,16 @@ def instructor_notebook(chapter_id: str, template_text: str | None = None) -> nb
     return nb
 
 
-def write_instructor_sources(workdir: Path, chapters=None, cache: bool = False) -> list[str]:
-    """Render every chapter's instructor notebook into <workdir>/source/<chapter>/exercises.ipynb. With `cache`
-    (grading runs), a rendering made earlier from the same inputs is reused (`render_cache_path`): rendering runs
-    the reference solutions and the catalogue of mistakes, about 1.3 s a chapter, on every run otherwise."""
+def write_instructor_sources(workdir: Path, chapters=None, cache=None) -> list[str]:
+    """Render every chapter's instructor notebook into <workdir>/source/<chapter>/exercises.ipynb. With `cache`, a
+    function giving a chapter's grading fingerprint (grading runs pass autograder.grading.cluster.checks_version), a
+    rendering made earlier from the same inputs is reused (`render_cache_path`): rendering runs the reference
+    solutions and the catalogue of mistakes, about 1.3 s a chapter, on every run otherwise."""
     chapters = chapters or registry.graded_chapters()
     for chapter_id in chapters:
         target = workdir / "source" / chapter_id / f"{registry.NOTEBOOK}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)
-        cached = render_cache_path(chapter_id) if cache else None
+        cached = render_cache_path(chapter_id, cache(chapter_id)) if cache else None
         text = _read_cached(cached)
         if text is None:
             text = nbformat.writes(instructor_notebook(chapter_id))
@@ -550,7 +551,7 @@ def write_instructor_sources(workdir: Path, chapters=None, cache: bool = False) 
     return chapters
 
 
-def render_cache_path(chapter_id: str) -> Path:
+def render_cache_path(chapter_id: str, grading_fingerprint: str) -> Path:
     """Where the rendering of a chapter's instructor notebook is kept between grading runs: named by a fingerprint
     of everything it is made from (the chapter's source and test data, the authoring code, and the grading
     fingerprint: grading code, check library, the chapter's checks, every solution, torch and numpy versions), so a
@@ -558,9 +559,7 @@ def render_cache_path(chapter_id: str) -> Path:
     import hashlib
     import os
 
-    from autograder.grading import cluster
-
-    digest = hashlib.sha256(cluster.checks_version(chapter_id).encode())
+    digest = hashlib.sha256(grading_fingerprint.encode())
     root = registry.ROOT / "autograder"
     files = sorted((root / "authoring").glob("*.py")) + sorted((root / "source" / chapter_id).rglob("*"))
     for path in files:
@@ -582,7 +581,7 @@ def _read_cached(path: Path | None) -> str | None:
         return None
 
 
-def generate_assignments(workdir: Path, chapters=None, api=None, cache: bool = False) -> list[str]:
+def generate_assignments(workdir: Path, chapters=None, api=None, cache=None) -> list[str]:
     """Instructor sources -> nbgrader generate_assignment (fills the gradebook) -> <workdir>/release/."""
     chapters = write_instructor_sources(workdir, chapters, cache=cache)
     api = api or nbgrader_api(workdir)

@@ -385,7 +385,7 @@ def _release(workdir: Path, selected, api) -> dict:
     to a chapter's hidden checks (or solutions, or grading code) therefore regrades that chapter on the next run."""
     graded_chapters = sorted({s.chapter for s in selected})
     if graded_chapters:
-        generate_assignments(workdir, graded_chapters, api, cache=True)
+        generate_assignments(workdir, graded_chapters, api, cache=cluster.checks_version)
     return {chapter: f"{_release_hash(workdir, chapter)}+checks:{cluster.checks_version(chapter)}" for chapter in graded_chapters}
 
 

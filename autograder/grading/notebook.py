@@ -27,7 +27,7 @@ import nbformat
 import numpy as np
 
 from autograder import registry
-from autograder.grading import sandbox, shortcuts
+from autograder.grading import sandbox, shortcuts, warm
 from autograder.reporting.feedback import write_feedback
 from autograder.results import CellScore, Result, Settings, atomic_write
 from autograder.checks import encode_calls, judge_with_replays, runner, visible
@@ -312,7 +312,7 @@ def run_with_restarts(cells, checks_module, settings: Settings):
         with tempfile.TemporaryDirectory(prefix="course-job-") as tmp:
             job_dir = Path(tmp)
             calls_by_cell = write_job(job_dir, cells, checks_module, settings, skip)
-            outcome = sandbox.run(job_dir, settings.sandbox_mode, settings.limits)
+            outcome = warm.run_job(job_dir, settings.sandbox_mode, settings.limits)
         starts.append(outcome.start)
         if outcome.oom_kills and outcome.status == "finished":
             notes.append(f"the notebook's processes together went over their memory limit "
@@ -340,7 +340,7 @@ def replay_in_sandbox(cells, cell, indices, tables, checks_module, settings: Set
     with tempfile.TemporaryDirectory(prefix="course-replay-") as tmp:
         job_dir = Path(tmp)
         write_job(job_dir, cells, checks_module, settings, skip, replay=replay)
-        outcome = sandbox.run(job_dir, settings.sandbox_mode, settings.limits)
+        outcome = warm.run_job(job_dir, settings.sandbox_mode, settings.limits)
     probe = next((r for r in outcome.records if r.get("event") == "probe" and r.get("cell") == cell["index"]), None)
     records = probe.get("calls") if isinstance(probe, dict) else None
     if not isinstance(records, list) or len(records) != len(indices):

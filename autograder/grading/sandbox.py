@@ -389,22 +389,9 @@ def set_limits(limits: Limits, sandbox_mode: str, group: MemoryGroup | None = No
 
 
 def run(job_dir: Path, sandbox_mode: str, limits: Limits) -> Outcome:
-    """Run the runner on a job folder under the watchdog; every record it sent comes back, whatever happens.
-    Forked from this worker's warm template where it can be (autograder.grading.warm), else started cold; the
-    outcome says which (`start`)."""
-    from autograder.grading import warm
-
-    outcome, how = warm.run(job_dir, sandbox_mode, limits)
-    if outcome is not None:
-        outcome.start = how
-        return outcome
-    outcome = run_cold(job_dir, sandbox_mode, limits)
-    outcome.start = f"cold: {how}"
-    return outcome
-
-
-def run_cold(job_dir: Path, sandbox_mode: str, limits: Limits) -> Outcome:
-    """A sandbox of its own for this job: bubblewrap, Python and the runner's imports, then the cells."""
+    """Run the runner on a job folder under the watchdog, cold: a sandbox of its own for this job (bubblewrap,
+    Python and the runner's imports, then the cells); every record it sent comes back, whatever happens. Grading
+    goes through autograder.grading.warm.run_job, which forks the job from a warm template where it can."""
     argv, env = command(job_dir, sandbox_mode, limits)
     group = MemoryGroup(limits.group_memory_bytes)
     try:

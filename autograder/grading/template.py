@@ -32,7 +32,7 @@ import sys
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
 PR_SET_DUMPABLE = 4
 CAP_VERSION_3 = 0x20080522
 
@@ -66,11 +66,25 @@ def enter_namespaces():
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
 
 
-def fresh_mounts(tmp_bytes):
-    """In G: mounts private to this notebook, and an empty /tmp and /dev/shm (nothing from an earlier notebook)."""
+def kept_under_tmp():
+    """The sandbox's read-only folders that lie under /tmp (a course, and its venv, cloned there): the fresh /tmp must
+    show them again, or nothing more could be imported from them."""
+    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
+    return sorted(os.path.realpath(p) for p in paths if os.path.realpath(p).startswith("/tmp/"))
+
+
+def fresh_mounts(tmp_bytes, keep=()):
+    """In G: mounts private to this notebook, and an empty /tmp and /dev/shm (nothing from an earlier notebook). The
+    folders in `keep` (under /tmp) are bound again into the new /tmp, read-only as they were, from a handle opened
+    on them before it hid them."""
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
+    handles = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in keep]
     options = f"size={tmp_bytes},mode=1777".encode()
     _check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, options), "mount /tmp")
+    for path, handle in handles:
+        os.makedirs(path, exist_ok=True)
+        _check(libc.mount(f"/proc/self/fd/{handle}".encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
+        os.close(handle)
     if os.path.isdir("/dev/shm"):
         _check(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, options), "mount /dev/shm")
 
@@ -106,7 +120,7 @@ def grandchild(job_dir, go_fd, limits):
     forks the process that runs the notebook (R), then reaps until R ends and ends with R's status: the kernel
     then ends whatever else the notebook started. R is not the namespace's first process, so signals reach it as
     they reach a cold run's process (a namespace's first process ignores the signals it has no handler for)."""
-    fresh_mounts(limits["tmp_bytes"])
+    fresh_mounts(limits["tmp_bytes"], kept_under_tmp())
     os.chdir("/tmp")
     if os.read(go_fd, 1) != b"g":  # the grader's go: G is in the notebook's memory group, and R will be too
         os._exit(70)
@@ -164,7 +178,7 @@ def can_fork_warm(limits):
             inner = os.fork()
             if inner == 0:
                 try:
-                    fresh_mounts(limits["tmp_bytes"])
+                    fresh_mounts(limits["tmp_bytes"], kept_under_tmp())
                     drop_capabilities()
                     os._exit(0)
                 except BaseException:

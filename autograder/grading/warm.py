@@ -291,6 +291,18 @@ def run(job_dir: Path, sandbox_mode: str, limits) -> tuple[sandbox.Outcome | Non
         return None, f"the template was lost ({exc}); this notebook ran cold"
 
 
+def run_job(job_dir: Path, sandbox_mode: str, limits) -> sandbox.Outcome:
+    """Run a job as grading does: forked from this worker's warm template where it can be, else cold
+    (`sandbox.run`); the outcome says which (`start`: "warm" or "cold: <why>")."""
+    outcome, how = run(job_dir, sandbox_mode, limits)
+    if outcome is not None:
+        outcome.start = how
+        return outcome
+    outcome = sandbox.run(job_dir, sandbox_mode, limits)
+    outcome.start = f"cold: {how}"
+    return outcome
+
+
 @atexit.register
 def close_all():
     for template in list(_templates.values()):
