@@ -601,18 +601,18 @@ def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, inter
     outcome.skipped = found.selected_skipped
     outcome.interrupted = bool(interrupted)
     graded_now = len(results) - len(done)
+    starts = _starts(outcome, done)
     rows = rebuild_reports(workdir, api, unsaved, dict(
         seed=settings.seed, device=settings.device, sandbox=mode, workers=workers, scheduler=options.scheduler or "embedded", gradebook=gradebook_db.describe(found.db_url), notebooks=len(outcome), graded_now=graded_now, seconds=elapsed,
         limits=vars(limits), memory=sandbox.describe_memory(limits) if mode != "none" else "", course_config=str(found.settings_file.path or ""), selection={"only": sorted(options.only or []), "chapters": sorted(options.chapters or [])},
         this_run={"graded": sum(r.status == "graded" for r in outcome), "not_graded": [f"{r.student}/{r.chapter}: {r.status}" for r in outcome if r.status != "graded"],
                   "skipped": [k.to_json() for k in found.selected_skipped], "ignored": found.ignored, "not_selected": len(found.subs) - len(selected)},
-        changes=changes.entries, start=_starts(outcome, done),
+        changes=changes.entries, start=starts,
     ), out)
     changes.write_csv(workdir / CHANGES_FILE)
     if graded_now > 0:
         print(f"\n{graded_now} notebook(s) run through the grader in {elapsed:.1f} s ({elapsed / graded_now:.2f} s per notebook, "
               f"{_who(workers, options)}); how many of them were graded is below.", file=out)
-        starts = _starts(outcome, done)
         cold = ", ".join(f"{n} {why}" for why, n in starts["cold"].items())
         print(f"Start-up: {starts['warm']} notebook(s) forked from a warm template"
               + (f", {sum(starts['cold'].values())} started cold ({cold})" if cold else "") + ".", file=out)

@@ -117,9 +117,7 @@ class Template:
             raise TemplateGone("the template has ended")
         name = str(next(self.numbers))
         target = self.spool / name
-        shutil.copytree(job_dir, target)
-        for path in (target, *target.iterdir()):
-            path.chmod(0o755 if path.is_dir() else 0o644)
+        shutil.copytree(job_dir, target)  # with the job folder's modes (readable, not writable, by the sandbox's user)
         group = sandbox.MemoryGroup(self.limits.group_memory_bytes)
         try:
             return self._run(name, group)
@@ -237,13 +235,21 @@ def _drain_to_exit(lines, nonce, seconds) -> bool:
     return _next_record(lines, time.monotonic() + seconds, wanted) is not None
 
 
-def _pid_namespace_of_child(pid: int) -> str | None:
-    """The PID namespace of bubblewrap's first process inside the sandbox (a child of `pid`): the template's."""
+def _processes():
+    """(pid folder, fields of /proc/<pid>/status) for every process that can be read."""
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
-            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+            yield status.parent, dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+
+
+def _pid_namespace_of_child(pid: int) -> str | None:
+    """The PID namespace of bubblewrap's first process inside the sandbox (a child of `pid`): the template's."""
+    for folder, fields in _processes():
+        try:
             if int(fields.get("PPid", "0")) == pid:
-                return os.readlink(status.parent / "ns" / "pid")
+                return os.readlink(folder / "ns" / "pid")
         except (OSError, ValueError):
             continue
     return None
@@ -254,15 +260,14 @@ def _host_pid(pid, pidns) -> int | None:
     NSpid is (host, pid, 1) and whose parent lives in the template's namespace."""
     if not isinstance(pid, int) or pidns is None:
         return None
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
-            nspid = fields.get("NSpid", "").split()
-            if len(nspid) == 3 and nspid[1] == str(pid) and nspid[2] == "1":
+    for _, fields in _processes():
+        nspid = fields.get("NSpid", "").split()
+        if len(nspid) == 3 and nspid[1] == str(pid) and nspid[2] == "1":
+            try:
                 if os.readlink(f"/proc/{fields['PPid'].strip()}/ns/pid") == pidns:
                     return int(nspid[0])
-        except (OSError, ValueError, KeyError):
-            continue
+            except (OSError, ValueError, KeyError):
+                continue
     return None
 
 
