@@ -265,3 +265,76 @@ def test_a_lost_template_is_replaced_and_a_hung_notebook_ends_only_its_own(tmp_p
     died = warm.run_job(_job(tmp_path, "import os; os._exit(3)"), mode, limits)
     assert died.status == "died" and "status 3" in died.detail and died.start == "warm", died
     warm.close_all()
+
+
+# --- Hostile notebooks against the channels between sandboxes and the grader (issue 29) -------------------------
+# tests/isolation_corpus.py holds the class: attackers on the report channel, on what a child inherits and on the
+# kernel's shared objects, victims with secrets, a snoop, an accomplice that runs whatever was planted for it, and a
+# sentinel. The whole class is graded once per mode through the real CLI with one worker; every rule must hold in
+# each (scripts/isolation_attacks.py grades each attack alone, to show what it does on another version).
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import isolation_corpus as corpus
+
+
+def _mode_unavailable(mode):
+    warm, unprivileged, groups = corpus.MODES[mode]
+    if unprivileged and os.geteuid() != 0:
+        return "the unprivileged modes run the grader as uid 65534, which needs root"
+    if unprivileged:
+        probe = subprocess.run(["setpriv", f"--reuid={corpus.UNPRIVILEGED_UID}", f"--regid={corpus.UNPRIVILEGED_UID}",
+                                "--clear-groups", "bwrap", "--unshare-user", "--unshare-net", "--ro-bind", "/", "/", "true"],
+                               capture_output=True)
+        if probe.returncode != 0:
+            return "this host gives an unprivileged user no user namespaces (bubblewrap cannot run unprivileged)"
+    if not unprivileged and os.geteuid() != 0:
+        return "the root modes need root"
+    if groups and sandbox.memory_group_parent() is None:
+        return "no memory cgroup can be made on this host"
+    return None
+
+
+@pytest.fixture(scope="module", params=list(corpus.MODES))
+def attacked_class(request):
+    mode = request.param
+    why = _mode_unavailable(mode)
+    if why:
+        pytest.skip(why)
+    base = Path(tempfile.mkdtemp(prefix="course-attacked-"))
+    base.chmod(0o755)  # the unprivileged grader must reach its folders
+    root, workdir = base / "class", base / "work"
+    root.mkdir()
+    students = corpus.class_folder(root)
+    account = corpus.grade_class(root, workdir, mode, sys.executable, course_env())
+    yield mode, students, account
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_no_attack_reaches_another_students_grade_or_the_grader(attacked_class):
+    """Every victim, the sentinel and every attacker keep the score of their own work, the accomplice keeps the blank
+    score, no victim's secret is in another student's outputs, and the grader's memory stays under its bound."""
+    mode, students, account = attacked_class
+    found = corpus.harms(account, students)
+    assert not found, (f"{mode}: " + "; ".join(found) + f"\n{account['stdout'][-2500:]}\n{account['stderr'][-1500:]}")
+
+
+def test_the_class_ran_in_the_mode_asked(attacked_class):
+    """The attacks ran where they were meant to: forked from warm templates, or cold; the accomplice's loader and
+    the snoop did run (their lines are in their feedback), so a clean result is not a loader that never ran."""
+    mode, students, account = attacked_class
+    warm, unprivileged, _ = corpus.MODES[mode]
+    assert account["sandbox"] == ("bwrap" if unprivileged else "bwrap-root"), account["sandbox"]
+    starts = {s: r.get("start", "") for s, r in account["results"].items()}
+    if warm:
+        assert starts["z-sentinel"] == "warm" and starts["m-victim-1"] == "warm", starts
+    else:
+        assert all(start.startswith("cold") for start in starts.values()), starts
+    assert "ACCOMPLICE FOUND: nothing" in account["outputs"]["y-accomplice"]
+    assert "SNOOP FOUND: nothing" in account["outputs"]["x-snoop"]
+    assert account["peak_rss_mib"] is not None

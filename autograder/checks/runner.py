@@ -650,6 +650,81 @@ def _block_exec():
     return libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0
 
 
+# The walls: system calls a notebook never needs that reach what other sandboxes share, refused in every graded
+# notebook (with or without the guard): the kernel's keyrings (per user: one notebook's key would be the next one's),
+# new namespaces and mounts (a way around the sandbox's own), and every foreign-ABI call (x32, 32-bit) that would
+# reach the same under other numbers.
+_WALLS = {  # machine: (audit arch, {name: number})
+    "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272, "setns": 308,
+                            "mount": 165, "umount2": 166, "pivot_root": 155, "clone": 56}),
+    "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "unshare": 97, "setns": 268,
+                             "mount": 40, "umount2": 39, "pivot_root": 41, "clone": 220}),
+}
+_NEW_MOUNT_API = (428, 429, 430, 431, 432, 433, 442)  # open_tree, move_mount, fsopen, fsconfig, fsmount, fspick, mount_setattr
+_CLONE3 = 435
+_CLONE_NEW_FLAGS = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+
+
+def _install_filter(program):
+    """Install a seccomp filter (a list of (code, jt, jf, k) BPF instructions) in this process and every process it
+    forks; False if the kernel refused it."""
+    import ctypes
+    import struct
+
+    raw = b"".join(struct.pack("HBBI", *ins) for ins in program)
+    buffer = ctypes.create_string_buffer(raw)
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    prog = Program(len(program), ctypes.addressof(buffer))
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return False
+    return libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0
+
+
+def build_walls(machine):
+    """The walls' BPF program for `machine` (platform.machine()), or None for a machine it does not know."""
+    if machine not in _WALLS:
+        return None
+    arch, numbers = _WALLS[machine]
+    LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+    ALLOW, EPERM, ENOSYS = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    refused = [n for name, n in numbers.items() if name != "clone"] + list(_NEW_MOUNT_API)
+    # Instructions with symbolic targets, resolved below: ("deny" | "enosys" | "flags").
+    body = [(LD_W_ABS, 0, 0, 4), (JEQ_K, 0, "deny", arch), (LD_W_ABS, 0, 0, 0)]
+    if machine == "x86_64":
+        body.append((JGE_K, "deny", 0, 0x40000000))  # the x32 ABI's numbers
+    body += [(JEQ_K, "deny", 0, n) for n in refused]
+    body += [(JEQ_K, "enosys", 0, _CLONE3), (JEQ_K, "flags", 0, numbers["clone"]), (RET_K, 0, 0, ALLOW)]
+    labels = {"flags": len(body)}
+    body += [(LD_W_ABS, 0, 0, 16), (JSET_K, "deny", 0, _CLONE_NEW_FLAGS), (RET_K, 0, 0, ALLOW)]
+    labels["deny"], labels["enosys"] = len(body), len(body) + 1
+    body += [(RET_K, 0, 0, EPERM), (RET_K, 0, 0, ENOSYS)]
+    program = []
+    for i, (code, jt, jf, k) in enumerate(body):
+        jt = labels[jt] - i - 1 if isinstance(jt, str) else jt
+        jf = labels[jf] - i - 1 if isinstance(jf, str) else jf
+        program.append((code, jt, jf, k))
+    return program
+
+
+def install_walls():
+    """Refuse the walls' system calls in this process and all it starts (before any learner code). Returns whether
+    they hold (a machine the table does not know runs without them, and says so in its guard record)."""
+    import platform
+
+    program = build_walls(platform.machine())
+    if program is None:
+        return False
+    try:
+        return _install_filter(program)
+    except Exception:
+        return False
+
+
 def arm_guard(names, block_exec=True, idle_identity=()):
     """Switch the built-ins `names` off in this interpreter for good, before any learner code runs.
 
@@ -797,11 +872,12 @@ def main(job_dir):
                 start_cuda(device)
             except Exception as exc:  # every call on it will fail and say why; the notebook's other calls still run
                 send({"event": "cuda", "device": device, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+    walls = install_walls()
     # What the guard switches off comes with the job (the grader expands each check's forbidden names).
     switch_off = sorted({name for probe in job["probes"].values() for name in probe.get("switch_off", ())})
     idle = sorted({name for probe in job["probes"].values() for name in probe.get("idle_identity", ())})
     armed = arm_guard(switch_off, block_exec=job.get("block_exec", True), idle_identity=idle)
-    send({"event": "guard", "names": armed["names"], "exec_blocked": armed["exec_blocked"]})
+    send({"event": "guard", "names": armed["names"], "exec_blocked": armed["exec_blocked"], "walls": walls})
     namespace = {"__name__": "__main__", "display": print}
     real_stdout, real_stderr = sys.stdout, sys.stderr
     for cell in job["cells"]:

@@ -13,8 +13,10 @@ message in its result.
 """
 
 import ast
+import dataclasses
 import difflib
 import hashlib
+import hmac
 import importlib
 import json
 import re
@@ -530,6 +532,17 @@ def cell_points(workdir: Path, chapter: str) -> dict:
     return {_nbgrader(c)["grade_id"]: float(_nbgrader(c)["points"]) for c in nb.cells if _nbgrader(c).get("grade")}
 
 
+def inputs_seed(run_seed: int, student: str, chapter: str, cells) -> int:
+    """The seed of one notebook's hidden inputs: drawn from the run's seed (kept in the working directory, never
+    shown to learners), the student, the chapter and the code that runs. The same notebook gets the same inputs on
+    every rerun (its grade is reproducible); another student's, or this student's next version, gets other inputs,
+    so inputs printed into one feedback (and answers computed for them elsewhere) are worth nothing anywhere else."""
+    code = hashlib.sha256(json.dumps([c["source"] for c in cells]).encode()).hexdigest()
+    key = str(run_seed).encode()
+    digest = hmac.new(key, json.dumps([student, chapter, code]).encode(), hashlib.sha256).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
 def grade_submission(student: str, chapter: str, notebook: Path, settings: Settings) -> Result:
     """Grade one notebook; write its autograded copy and feedback. Never raises for a bad submission."""
     start = time.perf_counter()
@@ -549,6 +562,7 @@ def grade_submission(student: str, chapter: str, notebook: Path, settings: Setti
     released = released_notebook(workdir, chapter)
     cells, notes, solutions = plan_cells(released, submitted, checks_module)
     edits = readonly_edits(released, submitted)
+    settings = dataclasses.replace(settings, seed=inputs_seed(settings.seed, student, chapter, cells))
     by_cell, skip, calls_by_cell, run_notes, result.start = run_with_restarts(cells, checks_module, settings)
     result.notes = (read_notes + notes + readonly_edit_notes(edits) + run_notes
                     + [reason for i, reason in sorted(skip.items()) if not reason.startswith("not run")][:5])

@@ -361,7 +361,9 @@ def command(job_dir: Path, sandbox_mode: str, limits: Limits, mount_at: str = "/
     args += ["--ro-bind", str(job_dir), mount_at]
     for source, target in extra_ro_binds:
         args += ["--ro-bind", str(source), target]
-    args += ["--chdir", "/tmp"]
+    # The sandbox's root folder read-only: run unprivileged, bubblewrap makes it a tmpfs of the grader's user, which
+    # every process of a warm template's children would otherwise share (and could leave files in).
+    args += ["--remount-ro", "/", "--chdir", "/tmp"]
     if sandbox_mode == "bwrap-root":
         uid = sandbox_uid()
         args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
@@ -406,25 +408,95 @@ def _run(argv, env, sandbox_mode, limits, group) -> Outcome:
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         env=env or None, start_new_session=True, preexec_fn=set_limits(limits, sandbox_mode, group),
     )
-    lines: queue.Queue = queue.Queue()
-
-    def reader():
-        received = 0
-        for raw in proc.stdout:
-            received += len(raw)
-            if received > limits.report_bytes:
-                lines.put(("overflow", None))
-                return
-            lines.put(("line", raw))
-        lines.put(("eof", None))
-
-    threading.Thread(target=reader, daemon=True).start()
+    lines = read_reports(proc.stdout, limits.report_bytes)
 
     def exit_code():
         _kill(proc)
         return proc.wait()
 
     return watch(lines, limits, group, start, exit_code)
+
+
+# --- The report channel: the one reader of what a sandbox sends (cold and warm) ----------------------------------
+# Everything on it may come from the learner's code (it runs in the runner's process and can write to the channel),
+# so it is read as an adversary's input: in pieces, counted before anything is kept, one job's channel per reader
+# (a pipe that only that job's processes hold), and each line parsed where any failure ends the line, never the
+# reader. What it keeps is at most `limit` bytes of one job's report.
+
+READ_CHUNK = 1 << 16
+EVENTS = {  # the runner's records: event -> {field: the types it may have}
+    "start": {"cell": (int,)},
+    "done": {"cell": (int,), "ok": (bool,), "error": (str, type(None)), "stdout": (str,), "stderr": (str,)},
+    "probe": {"cell": (int,), "calls": (list,)},
+    "guard": {"names": (list,), "exec_blocked": (bool,), "walls": (bool,)},
+    "cuda": {"device": (str,), "error": (str,)},
+    "end": {},
+}
+
+
+def read_reports(stream, limit: int) -> queue.Queue:
+    """Start reading a report channel (a binary stream, or a file descriptor that the reader then owns and closes) in
+    a thread of its own. The queue gets
+    ("line", bytes) for each line, then ("eof", None) at its end, or ("overflow", None) as soon as more than
+    `limit` bytes have come (then reading stops): a line without an end is counted as it comes, so no line, however
+    long, is ever held whole beyond the limit."""
+    lines: queue.Queue = queue.Queue()
+    owned = isinstance(stream, int)  # a descriptor is the reader's own: it closes it when the channel ends
+    fd = stream if owned else stream.fileno()
+
+    def reader():
+        pending, received = bytearray(), 0
+        try:
+            while True:
+                chunk = os.read(fd, READ_CHUNK)
+                if not chunk:
+                    break
+                received += len(chunk)
+                if received > limit:
+                    pending.clear()
+                    lines.put(("overflow", None))
+                    break
+                begin = 0
+                while True:  # each newline of the chunk ends a line (only the chunk is searched)
+                    end = chunk.find(b"\n", begin)
+                    if end < 0:
+                        pending += chunk[begin:]
+                        break
+                    pending += chunk[begin:end + 1]
+                    lines.put(("line", bytes(pending)))
+                    pending.clear()
+                    begin = end + 1
+        except OSError:
+            pass
+        finally:
+            if owned:
+                os.close(fd)
+        if received <= limit:
+            if pending:
+                lines.put(("line", bytes(pending)))
+            lines.put(("eof", None))
+
+    threading.Thread(target=reader, daemon=True).start()
+    return lines
+
+
+def parse_record(raw: bytes) -> dict | None:
+    """One line of a report channel as a runner's record, or None: a line that is not JSON, whose parsing fails in
+    any way (deep nesting, huge numbers, bad bytes), or whose event or fields are not the runner's."""
+    try:
+        record = json.loads(raw)
+    except Exception:  # ValueError, RecursionError, MemoryError, ...: the line is dropped, the reader goes on
+        return None
+    if not isinstance(record, dict) or record.get("event") not in EVENTS:
+        return None
+    for field, types in EVENTS[record["event"]].items():
+        if field in record and (not isinstance(record[field], types) or (types == (int,) and isinstance(record[field], bool))):
+            return None
+    if record["event"] in ("start", "done", "probe") and not isinstance(record.get("cell"), int):
+        return None
+    if record["event"] == "probe" and not all(isinstance(call, dict) for call in record["calls"]):
+        return None
+    return record
 
 
 def watch(lines, limits: Limits, group, start: float, exit_code) -> Outcome:
@@ -450,12 +522,9 @@ def watch(lines, limits: Limits, group, start: float, exit_code) -> Outcome:
             break
         if kind == "eof":
             break
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            continue  # not ours: a learner writing to the channel
-        if not isinstance(record, dict):
-            continue
+        record = parse_record(raw)
+        if record is None:
+            continue  # not a record of the runner's: the learner's code writing to the channel
         records.append(record)
         if record.get("event") == "start":
             running, cell_started = record.get("cell"), time.perf_counter()

@@ -6,17 +6,21 @@ imports what every notebook needs (numpy, torch, the runner) and nothing else: n
 no CUDA, no thread pool (the sandbox's OMP_NUM_THREADS=1 keeps OpenBLAS from starting one), so that forking it is
 safe. It never runs a learner's line itself.
 
-Protocol, one JSON object per line. On stdin (from the grader): {"run": "<job folder under /jobs>"}, then
-{"go": "<nonce>"} once the grader has put the child into the notebook's memory group. On stdout (shared with the
-children, whose runner writes its records there too): {"event": "ready", "warm": bool, "why": str}, then per job
-{"event": "forked", "pid": <the child's pid in this sandbox>} and, when the child has gone,
-{"event": "exit", "status": <wait status as an exit code>, "nonce": "<nonce>"}. The nonce reaches the template only
-after the fork, so no child can know it and forge the end of its run.
+Protocol: the grader and the template talk over one Unix socket (SOCK_SEQPACKET, one JSON message per packet) that
+the template holds as its standard input and no child ever holds. From the grader: {"run": "<job folder under /jobs>"}
+with one file descriptor attached, the write end of a pipe made for that job alone (its report channel), then
+{"go": "<the same job>"} once the grader has put the child into the notebook's memory group. From the template:
+{"event": "ready", "warm": bool, "why": str}, then per job {"event": "forked", "job": ..., "pid": <the child's pid in
+this sandbox>} and, when the child has gone, {"event": "exit", "job": ..., "status": <wait status as an exit code>}.
+The runner's records go only to the job's own pipe, so what one notebook writes can never be read as another's, and
+nothing a notebook does reaches the socket.
 
-Each notebook runs below a child: the child M leaves for namespaces of its own (user, mount, PID, network, IPC,
-UTS) and forks G, the first process of the new PID namespace: when G ends, the kernel ends every process the
-notebook started, so nothing is left for the next one. G mounts a fresh /tmp (also the home) and /dev/shm, waits for
-the grader's go, drops its capabilities and forks R, which applies the notebook's rlimits, reseeds the random
+Each notebook runs below a child: the child M first drops every descriptor of the template (the socket, any pipe)
+but the job's own, with /dev/null as its standard streams, leaves for namespaces of its own (user, mount, PID, network,
+IPC, UTS) and forks G, the first process of the new PID namespace: when G ends, the kernel ends every process the
+notebook started, so nothing is left for the next one. G mounts a fresh /tmp (also the home), /dev/shm and /proc, makes /dev
+read-only (the sandbox's root already is), so that no writable place is shared with another child, waits for the
+grader's go, drops its capabilities and forks R, which applies the notebook's rlimits, reseeds the random
 generators, and runs the runner on the job folder (records on stdout, exactly as a cold run); G reaps until R ends. The template is not dumpable and is outside
 G's PID namespace: G can neither signal it nor read or write its memory.
 """
@@ -27,12 +31,15 @@ import json
 import os
 import random
 import resource
+import socket
 import struct
 import sys
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 0x1, 0x2, 0x4, 0x8, 0x20
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x200000
+MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 PR_SET_DUMPABLE = 4
 CAP_VERSION_3 = 0x20080522
 
@@ -87,6 +94,19 @@ def fresh_mounts(tmp_bytes, keep=()):
         os.close(handle)
     if os.path.isdir("/dev/shm"):
         _check(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, options), "mount /dev/shm")
+    read_only("/dev")
+    # A /proc of the notebook's own PID namespace (it lists none of the template's processes), where the kernel
+    # allows it; the template is not dumpable either way, so its descriptors and memory are out of reach.
+    libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+
+
+def read_only(path):
+    """Remount `path` read-only, keeping the flags it has (a user namespace may not clear them)."""
+    flags = os.statvfs(path).f_flag
+    kept = sum(bit for st, bit in ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+                                   (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME),
+                                   (os.ST_RELATIME, MS_RELATIME)) if flags & st)
+    _check(libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None), f"make {path} read-only")
 
 
 def drop_capabilities():
@@ -115,7 +135,7 @@ def reseed():
     torch.seed()
 
 
-def grandchild(job_dir, go_fd, limits):
+def grandchild(job_dir, go_fd, report_fd, limits):
     """G: the first process of the notebook's PID namespace. It prepares the mounts, waits for the grader's go, and
     forks the process that runs the notebook (R), then reaps until R ends and ends with R's status: the kernel
     then ends whatever else the notebook started. R is not the namespace's first process, so signals reach it as
@@ -125,6 +145,8 @@ def grandchild(job_dir, go_fd, limits):
     if os.read(go_fd, 1) != b"g":  # the grader's go: G is in the notebook's memory group, and R will be too
         os._exit(70)
     os.close(go_fd)
+    os.dup2(report_fd, 1)  # the job's own report channel, where the runner writes its records
+    os.close(report_fd)
     drop_capabilities()
     runner_pid = os.fork()
     if runner_pid == 0:
@@ -150,17 +172,37 @@ def run_notebook(job_dir, limits):
     course_runner.main(job_dir)  # ends the process (os._exit) after its last record
 
 
-def child(job_dir, go_fd, limits, report):
-    """M: enters the notebook's namespaces, forks G, reports G's pid, and exits with G's status."""
+def keep_only(fds):
+    """In M: /dev/null as standard input, output and error, and no other descriptor open but `fds` (the template's
+    socket and whatever else it holds are closed before anything of the notebook exists)."""
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own descriptor, closed already
+
+
+def child(job_dir, go_fd, pid_fd, report_fd, limits):
+    """M: keeps only the job's descriptors, enters the notebook's namespaces, forks G, tells the template G's pid,
+    and exits with G's status."""
+    keep_only({go_fd, pid_fd, report_fd})
     enter_namespaces()
     pid = os.fork()
     if pid == 0:
         try:
-            grandchild(job_dir, go_fd, limits)
+            os.close(pid_fd)
+            grandchild(job_dir, go_fd, report_fd, limits)
         finally:
             os._exit(71)
     os.close(go_fd)
-    report({"event": "forked", "pid": pid})
+    os.close(report_fd)
+    os.write(pid_fd, str(pid).encode())
+    os.close(pid_fd)
     _, status = os.waitpid(pid, 0)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
@@ -188,17 +230,17 @@ def can_fork_warm(limits):
         except BaseException:
             os._exit(3)
     _, status = os.waitpid(pid, 0)
-    return {0: None, 2: "a child cannot mount its own /tmp", 3: "a child cannot enter namespaces of its own"}.get(
+    return {0: None, 2: "a child cannot make its own mounts (/tmp, /dev/shm, a read-only /dev)",
+            3: "a child cannot enter namespaces of its own"}.get(
         os.waitstatus_to_exitcode(status), f"the trial child ended with {status}")
 
 
 def main():
     limits = json.loads(sys.argv[1])
-    out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    control = socket.socket(fileno=0)  # the grader's socket (SOCK_SEQPACKET), held as standard input
 
     def report(obj):
-        out.write(json.dumps(obj) + "\n")
-        out.flush()
+        control.send(json.dumps(obj).encode())
 
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     sys.path.insert(0, "/template")
@@ -216,28 +258,37 @@ def main():
     report({"event": "ready", "warm": why is None, "why": why or ""})
     if why:
         return
-    for line in sys.stdin:
-        request = json.loads(line)
-        job_dir = os.path.join("/jobs", os.path.basename(request["run"]))
+    while True:
+        message, fds, _, _ = socket.recv_fds(control, 4096, 1)
+        if not message:
+            return  # the grader has gone
+        request = json.loads(message)
+        if len(fds) != 1 or not isinstance(request.get("run"), str):
+            return  # not the grader's protocol: end, and the grader starts a new template
+        job = os.path.basename(request["run"])
         go_read, go_write = os.pipe()
+        pid_read, pid_write = os.pipe()
         pid = os.fork()
         if pid == 0:
-            os.close(go_write)
             try:
-                child(job_dir, go_read, limits, report)
+                child(os.path.join("/jobs", job), go_read, pid_write, fds[0], limits)
             finally:
                 os._exit(72)
-        os.close(go_read)
-        go = json.loads(sys.stdin.readline() or "{}")  # after the fork: the child never sees the nonce
+        for fd in (go_read, pid_write, fds[0]):
+            os.close(fd)
+        with os.fdopen(pid_read, "rb") as f:
+            grandchild_pid = f.read(32).decode() or None
+        report({"event": "forked", "job": job, "pid": int(grandchild_pid) if grandchild_pid else None})
+        go = json.loads(control.recv(4096) or b"{}")  # after the fork: the child never sees the grader's messages
         try:
-            if go.get("go"):
+            if go.get("go") == job:
                 os.write(go_write, b"g")
         except OSError:
             pass  # the child has already gone (its exit record says how)
         os.close(go_write)
         _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
-        report({"event": "exit", "status": code, "nonce": go.get("go", "")})
+        report({"event": "exit", "job": job, "status": code})
 
 
 if __name__ == "__main__":

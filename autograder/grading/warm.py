@@ -18,8 +18,8 @@ import itertools
 import json
 import os
 import queue
-import secrets
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -57,7 +57,8 @@ class TemplateGone(Exception):
 
 class Template:
     """The template process of this worker thread and the folders it sees: /template (its code) and /jobs (the job
-    folders, one per notebook, read-only)."""
+    folders, one per notebook, read-only). The grader talks to it over a socket that only the template holds; each
+    job's records come on a pipe of that job's own (see template.py)."""
 
     def __init__(self, sandbox_mode: str, limits):
         self.mode, self.limits, self.key = sandbox_mode, limits, _key(sandbox_mode, limits)
@@ -66,7 +67,7 @@ class Template:
         self.spool = Path(tempfile.mkdtemp(prefix=f"course-jobs-{os.getpid()}-"))
         self.numbers = itertools.count()
         self.proc = None
-        self.lines: queue.Queue = queue.Queue()
+        self.control = None
         self.pidns = None
         shutil.copy(Path(__file__).with_name("template.py"), self.folder / "template.py")
         shutil.copy(Path(runner.__file__), self.folder / "course_runner.py")
@@ -80,12 +81,15 @@ class Template:
         argv, env = sandbox.command(self.folder, self.mode, self.limits, mount_at="/template",
                                     program=["/template/template.py", json.dumps(child_limits)],
                                     extra_ro_binds=[(self.spool, "/jobs")])
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     env=env or None, start_new_session=True,
-                                     preexec_fn=sandbox.set_limits(self.limits, self.mode, cpu=False))
-        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
-        ready = self._next_event({"ready"}, time.monotonic() + START_TIMEOUT_S)
-        if ready is None:
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(argv, stdin=theirs, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         env=env or None, start_new_session=True,
+                                         preexec_fn=sandbox.set_limits(self.limits, self.mode, cpu=False))
+        finally:
+            theirs.close()
+        ready = self._message(time.monotonic() + START_TIMEOUT_S)
+        if ready is None or ready.get("event") != "ready":
             self.close()
             return "the template did not start"
         if not ready.get("warm"):
@@ -94,22 +98,24 @@ class Template:
         self.pidns = _pid_namespace_of_child(self.proc.pid)
         return None
 
-    @staticmethod
-    def _read(proc, lines):
-        for raw in proc.stdout:
-            lines.put(("line", raw))
-        lines.put(("eof", None))
+    def _message(self, deadline: float) -> dict | None:
+        """The template's next message, or None when it has gone or the deadline passed."""
+        try:
+            self.control.settimeout(max(0.01, deadline - time.monotonic()))
+            data = self.control.recv(4096)
+            message = json.loads(data) if data else None
+        except (OSError, ValueError):
+            return None
+        return message if isinstance(message, dict) else None
 
-    def _next_event(self, events: set, deadline: float):
-        """The next record of one of these events (other lines are skipped), or None at EOF or the deadline."""
-        return _next_record(self.lines, deadline, lambda record: record.get("event") in events)
+    def _expect(self, event: str, job: str, seconds: float) -> dict:
+        message = self._message(time.monotonic() + seconds)
+        if message is None or message.get("event") != event or message.get("job") != job:
+            raise TemplateGone(f"the template did not say '{event}' for the job")
+        return message
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
-
-    def _send(self, obj):
-        self.proc.stdin.write((json.dumps(obj) + "\n").encode())
-        self.proc.stdin.flush()
 
     def run(self, job_dir: Path) -> sandbox.Outcome:
         """Run one job folder in a child of the template, under the same watchdog as a cold run."""
@@ -127,33 +133,42 @@ class Template:
 
     def _run(self, name: str, group) -> sandbox.Outcome:
         start = time.perf_counter()
+        report_read, report_write = os.pipe()  # this job's report channel: only this job's processes hold its write end
+        lines = sandbox.read_reports(report_read, self.limits.report_bytes)  # the reader closes report_read at the end
         try:
-            self._send({"run": name})
-            forked = self._next_event({"forked"}, time.monotonic() + FORK_TIMEOUT_S)
-            if forked is None:
-                raise TemplateGone("the template did not fork")
+            try:
+                socket.send_fds(self.control, [json.dumps({"run": name}).encode()], [report_write])
+            finally:
+                os.close(report_write)
+            forked = self._expect("forked", name, FORK_TIMEOUT_S)
             if group.path is not None:
                 host_pid = _host_pid(forked.get("pid"), self.pidns)
                 if host_pid is None:
                     raise TemplateGone("the child's process was not found to put it in its memory group")
                 group.add(host_pid)
-            nonce = secrets.token_hex(16)
-            self._send({"go": nonce})
-        except (OSError, ValueError) as exc:
+            self.control.sendall(json.dumps({"go": name}).encode())
+        except OSError as exc:
             self.close()
             raise TemplateGone(f"the template stopped answering ({exc})") from None
         except TemplateGone:
             self.close()
             raise
-        source = _JobLines(self.lines, nonce)
-        outcome = sandbox.watch(source, self.limits, group, start, exit_code=lambda: source.exit_status)
-        if outcome.status == "finished" and not source.ended:
-            # The runner's last record came; the child's exit record follows at once unless something is wrong.
-            if not _drain_to_exit(self.lines, nonce, EXIT_TIMEOUT_S):
-                self.close()
-        elif outcome.status != "finished" and not source.ended:
-            self.close()  # time limit, report flood or the template gone: end the whole sandbox, as a cold run does
-        if outcome.status == "died" and not source.ended:
+        watched, ended = _Watched(lines), {}
+
+        def exit_status():
+            """The child's exit status, which the template sends as soon as the child has gone (after the runner's last
+            record, or when the channel closed), or None: after a time limit or a flood, or a child that does not end,
+            the whole template is ended, as a cold run's sandbox would be."""
+            if not watched.stopped_early:
+                message = self._message(time.monotonic() + EXIT_TIMEOUT_S)
+                if message is not None and message.get("event") == "exit" and message.get("job") == name:
+                    ended["status"] = message.get("status")
+                    return ended["status"]
+            self.close()
+            return None
+
+        outcome = sandbox.watch(watched, self.limits, group, start, exit_code=exit_status)
+        if outcome.status == "died" and "status" not in ended:
             raise TemplateGone("the template ended during the notebook")
         return outcome
 
@@ -167,11 +182,8 @@ class Template:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-            for stream in (self.proc.stdin, self.proc.stdout):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
+        if self.control is not None:
+            self.control.close()
         shutil.rmtree(self.folder, ignore_errors=True)
         shutil.rmtree(self.spool, ignore_errors=True)
 
@@ -186,53 +198,22 @@ def _remove_orphans():
             shutil.rmtree(path, ignore_errors=True)
 
 
-class _JobLines:
-    """What `sandbox.watch` reads for one job: the template's lines up to the exit record of this job (a forged one
-    lacks the nonce), which reads as the end of the output, with the child's exit status kept."""
+class _Watched:
+    """A job's report lines as `sandbox.watch` reads them, noting whether the watchdog stopped the run early (a time
+    limit or a flood)."""
 
-    def __init__(self, lines: queue.Queue, nonce: str):
-        self.lines, self.nonce = lines, nonce
-        self.ended, self.exit_status = False, None
+    def __init__(self, lines: queue.Queue):
+        self.lines, self.stopped_early = lines, False
 
     def get(self, timeout):
-        if self.ended:
-            return ("eof", None)
-        kind, raw = self.lines.get(timeout=timeout)
-        if kind == "eof":  # the template itself has gone (self.ended stays False)
-            return (kind, raw)
         try:
-            record = json.loads(raw)
-        except ValueError:
-            return (kind, raw)
-        if isinstance(record, dict) and record.get("event") == "exit" and record.get("nonce") == self.nonce:
-            self.ended, self.exit_status = True, record.get("status")
-            return ("eof", None)
-        return (kind, raw)
-
-
-def _next_record(lines: queue.Queue, deadline: float, wanted):
-    """The next JSON record on the template's lines for which wanted(record) holds (others are skipped), or None at
-    EOF or the deadline."""
-    while True:
-        try:
-            kind, raw = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            kind, raw = self.lines.get(timeout=timeout)
         except queue.Empty:
-            return None
-        if kind == "eof":
-            return None
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and wanted(record):
-            return record
-
-
-def _drain_to_exit(lines, nonce, seconds) -> bool:
-    """Whether this job's exit record (with its nonce) comes within `seconds`; what the child wrote after its last
-    record is skipped."""
-    wanted = lambda record: record.get("event") == "exit" and record.get("nonce") == nonce  # noqa: E731
-    return _next_record(lines, time.monotonic() + seconds, wanted) is not None
+            self.stopped_early = True
+            raise
+        if kind == "overflow":
+            self.stopped_early = True
+        return kind, raw
 
 
 def _processes():
