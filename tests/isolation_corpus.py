@@ -141,24 +141,23 @@ _write_everywhere("".join(json.dumps(r) + "\n" for r in bad).encode())
 
 # --- Category 2: what a child inherits ----------------------------------------------------------------------
 STDIN_INJECT = ATTACK_KIT + r'''
-# Requests written into the template's standard input (held as descriptor 0, or opened again through /proc):
-# jobs in the next students' slots, a "go", junk.
+# Requests written into the template's standard input (held as descriptor 0, opened again through /proc for writing):
+# jobs in the next students' slots, a "go", junk. Saying so in this notebook's own feedback if it got through.
 lines = "".join(json.dumps(r) + "\n" for n in range(0, 40) for r in ({"run": str(n)}, {"go": "g"})) + "junk\n"
-for fd in [0] + _pipes():
-    for path in (f"/proc/self/fd/{fd}",):
-        try:
-            w = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-            os.write(w, lines.encode())
-            os.close(w)
-        except OSError:
-            pass
+try:
+    if os.readlink("/proc/self/fd/0").startswith(("pipe:", "socket:")):
+        w = os.open("/proc/self/fd/0", os.O_WRONLY | os.O_NONBLOCK)
+        os.write(w, lines.encode())
+        os.close(w)
+        print("REACHED the template's input (descriptor 0)")
+except OSError:
+    pass
 '''
 
-PLANT_FILES = ATTACK_KIT + r'''
-# This notebook's code left in every place that might be shared with a later notebook.
+PLANT = ATTACK_KIT + r'''
+# This notebook's code left in places that might be shared with a later notebook.
 payload = _payload().encode()
-for path in ("/course-plant", "/dev/course-plant", "/etc/course-plant", "/tmp/course-plant", "/dev/shm/course-plant",
-             "/dev/pts/course-plant", "/dev/mqueue/course-plant", "/proc/self/cwd/course-plant"):
+for path in __PATHS__:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
@@ -166,6 +165,9 @@ for path in ("/course-plant", "/dev/course-plant", "/etc/course-plant", "/tmp/co
     except OSError:
         pass
 '''
+PLANT_ROOT = PLANT.replace("__PATHS__", repr(("/course-plant", "/etc/course-plant", "/proc/self/cwd/course-plant")))
+PLANT_DEV = PLANT.replace("__PATHS__", repr(("/dev/course-plant", "/dev/mqueue/course-plant", "/dev/pts/course-plant")))
+PLANT_TMP = PLANT.replace("__PATHS__", repr(("/tmp/course-plant", "/dev/shm/course-plant")))
 
 OUTLIVE = ATTACK_KIT + r'''
 # A process that leaves this notebook's session and waits for the next notebook, then plants and forges.
@@ -230,7 +232,9 @@ ATTACKS = {
     "a-bad-shapes": BAD_SHAPES,
     # category 2: what a child inherits
     "a-stdin-inject": STDIN_INJECT,
-    "a-plant-files": PLANT_FILES,
+    "a-plant-root": PLANT_ROOT,
+    "a-plant-dev": PLANT_DEV,
+    "a-plant-tmp": PLANT_TMP,
     "a-outlive": OUTLIVE,
     # category 3: the kernel's shared objects
     "a-keyring-user": KEYRING_PLANT.replace("__RINGS__", "['user']"),
@@ -240,7 +244,7 @@ ATTACKS = {
 }
 CATEGORIES = {
     "report channel": ["a-nested-forge", "a-nested-poison", "a-giant-line", "a-bad-shapes"],
-    "inheritance": ["a-stdin-inject", "a-plant-files", "a-outlive"],
+    "inheritance": ["a-stdin-inject", "a-plant-root", "a-plant-dev", "a-plant-tmp", "a-outlive"],
     "kernel": ["a-keyring-user", "a-keyring-session", "a-keyring-persistent", "a-sysv-ipc"],
 }
 
@@ -483,6 +487,7 @@ def harms(account, students):
     Every student must be graded (an `error` result is not saved, so it shows as no result) with the score of its own
     work, and no victim's secret may appear in another student's outputs."""
     import html
+    import re
 
     results, outputs, found = account["results"], account["outputs"], []
     honest = {name: (BLANK if name == "y-accomplice" else FULL) for name in students}
@@ -499,6 +504,9 @@ def harms(account, students):
         for victim in [s for s in students if s.startswith("m-victim")]:
             if victim != student and SECRET + victim in text:
                 found.append(f"{victim}'s secret appears in {student}'s outputs")
+        reached = re.search(r'(?<!")REACHED [^\n<]*', text)  # printed by an attack that got hold of the template's
+        if reached:
+            found.append(f"{student} {reached.group(0)}")
         if "ACCOMPLICE FOUND: [" in text:
             found.append("the accomplice found " + text.split("ACCOMPLICE FOUND: [", 1)[1].split("]", 1)[0][:200])
     if account["peak_rss_mib"] is not None and account["peak_rss_mib"] > MEMORY_BOUND_MIB:
