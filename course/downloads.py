@@ -19,7 +19,10 @@ page shows numbers, `:::{admonition}` fences, `{doc}` and `{ref}` roles, which J
 Code spans and fenced code blocks are left exactly as written (a guide may show a role as an example).
 
 `write_archive` packs the course's source files (those git knows, or, without git, every file outside the build
-folders) into a tar.gz whose bytes depend only on those files: sorted entries, fixed times and owners.
+folders) into a tar.gz whose bytes depend only on those files and their dates: sorted entries, fixed owners, and
+each file dated as the appendix *Build status* dates it (`file_dates`): its last commit, or, for a file with
+changes not committed or without git, its modification time. A site built from the unpacked archive then shows
+the same dates as the site it came from.
 """
 
 from __future__ import annotations
@@ -447,16 +450,42 @@ def course_files(root: Path) -> list[str]:
     return sorted(set(files))
 
 
+def file_dates(root: Path, files: list[str]) -> dict[str, int]:
+    """When each file last changed, in seconds since the epoch: the time of its last commit (one pass over the
+    history), or its modification time where it has changes not committed, is untracked, or git is not there."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, check=True, text=True).stdout
+
+    committed: dict[str, int] = {}
+    dirty: set[str] = set(files)
+    try:
+        if Path(git("rev-parse", "--show-toplevel").strip()).resolve() == root.resolve():
+            when = 0
+            for line in git("log", "--format=@%ct", "--name-only", "--no-renames", "HEAD").splitlines():
+                if line.startswith("@"):
+                    when = int(line[1:])
+                elif line and line not in committed:
+                    committed[line] = when
+            changed = git("status", "--porcelain", "-z", "--untracked-files=all").split("\0")
+            dirty = {entry[3:] for entry in changed if len(entry) > 3}
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return {name: committed[name] if name in committed and name not in dirty else int((root / name).stat().st_mtime)
+            for name in files}
+
+
 def write_archive(root: Path, target: Path) -> int:
-    """The course as `transformer-course/...` in a tar.gz that is the same bytes for the same files (sorted,
-    times, owners and gzip header fixed; modes 644 or 755). Returns the number of files."""
+    """The course as `transformer-course/...` in a tar.gz that is the same bytes for the same files and dates
+    (sorted; owners and gzip header fixed; modes 644 or 755; each file dated by `file_dates`). Returns the number
+    of files."""
     files = course_files(root)
+    dates = file_dates(root, files)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in files:
             data = (root / name).read_bytes()
             info = tarfile.TarInfo(f"{ARCHIVE_ROOT}/{name}")
-            info.size, info.mtime, info.uid, info.gid, info.uname, info.gname = len(data), 0, 0, 0, "", ""
+            info.size, info.mtime, info.uid, info.gid, info.uname, info.gname = len(data), dates[name], 0, 0, "", ""
             info.mode = 0o755 if os.access(root / name, os.X_OK) else 0o644
             tar.addfile(info, io.BytesIO(data))
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ The build checked is `$COURSE_BUILD_DIR/_build/html`, built strictly first by th
 import html
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -212,6 +213,39 @@ def test_the_site_offers_the_course_archive_and_it_installs(built_book, tmp_path
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+def last_commit_times(root: Path, names) -> dict[str, int]:
+    """Each file's date as `git log -1` gives it, one file at a time (for a file with changes not committed, its
+    modification time): what the appendix Build status shows for a page."""
+    dates = {}
+    for name in names:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", name], cwd=root, capture_output=True, text=True).stdout
+        when = subprocess.run(["git", "log", "-1", "--format=%ct", "--", name], cwd=root, capture_output=True, text=True).stdout
+        dates[name] = int((root / name).stat().st_mtime) if dirty.strip() or not when.strip() else int(when)
+    return dates
+
+
+def dated_before_their_change(archive: Path, root: Path) -> dict[str, tuple[int, int]]:
+    """The archive's files whose date is not when the file last changed (its commit): {name: (date, change)}."""
+    with tarfile.open(archive) as tar:
+        dates = {m.name.removeprefix(f"{downloads.ARCHIVE_ROOT}/"): int(m.mtime) for m in tar.getmembers()}
+    changed = last_commit_times(root, dates)
+    return {name: (date, changed[name]) for name, date in dates.items() if date != changed[name]}
+
+
+def test_every_archive_file_is_dated_by_its_last_change(built_book, tmp_path):
+    """Not 1970-01-01: a site built from the unpacked archive shows the same Build status dates. An archive
+    packed with every date 0 (as before) fails the same check."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("no git history in this copy")
+    assert not dated_before_their_change(ARCHIVE, ROOT)
+    with tarfile.open(ARCHIVE) as tar, tarfile.open(tmp_path / "epoch.tar.gz", "w:gz") as out:
+        for member in tar.getmembers():
+            data = tar.extractfile(member).read()
+            member.mtime = 0
+            out.addfile(member, io.BytesIO(data))
+    assert len(dated_before_their_change(tmp_path / "epoch.tar.gz", ROOT)) == len(downloads.course_files(ROOT))
+
+
 def test_the_install_check_fails_on_an_archive_that_lacks_a_needed_file(built_book, tmp_path):
     folder = unpack(ARCHIVE, tmp_path / "unpacked")
     (folder / "pyproject.toml").unlink()
@@ -223,7 +257,8 @@ def test_the_install_check_fails_on_an_archive_that_lacks_a_needed_file(built_bo
 
 def test_the_archive_is_the_same_bytes_for_the_same_files_and_packs_no_build(tmp_path):
     """Without git (a copy unpacked from the archive), the files outside build folders, environments, grading
-    runs and caches; times and owners do not change the bytes."""
+    runs and caches, each dated by its modification time; owners and the time of packing do not change the
+    bytes, a file's date does."""
     course = tmp_path / "course"
     for name, text in {"pyproject.toml": "[project]\n", "solutions/__init__.py": "", "autograder/grading/run.py": "x = 1\n",
                        "_build/html/index.html": "", ".venv/bin/python": "", "grading/run/results.json": "{}",
@@ -231,11 +266,16 @@ def test_the_archive_is_the_same_bytes_for_the_same_files_and_packs_no_build(tmp
         (course / name).parent.mkdir(parents=True, exist_ok=True)
         (course / name).write_text(text)
     assert downloads.course_files(course) == ["autograder/grading/run.py", "pyproject.toml", "solutions/__init__.py"]
-    downloads.write_archive(course, tmp_path / "one.tar.gz")
     for path in course.rglob("*"):
-        path.touch()
+        os.utime(path, (1_700_000_000, 1_700_000_000))
+    downloads.write_archive(course, tmp_path / "one.tar.gz")
     downloads.write_archive(course, tmp_path / "two.tar.gz")
     assert (tmp_path / "one.tar.gz").read_bytes() == (tmp_path / "two.tar.gz").read_bytes()
+    with tarfile.open(tmp_path / "one.tar.gz") as tar:
+        assert {m.mtime for m in tar.getmembers()} == {1_700_000_000}
+    os.utime(course / "pyproject.toml", (1_800_000_000, 1_800_000_000))
+    downloads.write_archive(course, tmp_path / "dated.tar.gz")
+    assert (tmp_path / "dated.tar.gz").read_bytes() != (tmp_path / "one.tar.gz").read_bytes()
     (course / "pyproject.toml").write_text("[project]\nname = 'changed'\n")
     downloads.write_archive(course, tmp_path / "three.tar.gz")
     assert (tmp_path / "three.tar.gz").read_bytes() != (tmp_path / "one.tar.gz").read_bytes()
