@@ -13,6 +13,9 @@ page shows numbers, `:::{admonition}` fences, `{doc}` and `{ref}` roles, which J
 - admonitions and dropdowns become a bold title and a block quote; figures, tables and code blocks their Markdown
   equivalents; labels become HTML anchors, comments go; math stays ($...$ is Jupyter's own), a labelled
   equation gets its number as `\\tag`;
+- links to the site's other pages and files become the site's full address where it is known (`html.baseurl` in
+  _config.yml, Sphinx's `html_baseurl`), since nothing of the site lies beside a downloaded notebook; where it is
+  not, they stay relative to the page and the notebook's first cell says so;
 - code cells all stay, so the notebook runs top to bottom: a cell the page removes (it may compute glued values,
   or apply the figure style) is kept, collapsed, with its tag; a hidden input or output is hidden in Jupyter too.
 
@@ -32,6 +35,7 @@ import gzip
 import io
 import json
 import os
+import posixpath
 import re
 import subprocess
 import tarfile
@@ -41,6 +45,12 @@ import nbformat
 # Where the site serves the course archive, and the folder name inside it.
 ARCHIVE = "_downloads/transformer-course.tar.gz"
 ARCHIVE_ROOT = "transformer-course"
+
+
+def notebook_path(docname: str) -> str:
+    """Where the site serves a page's notebook (the theme's download menu links to `_sources/<page>.ipynb`)."""
+    return f"_sources/{docname}.ipynb"
+
 # Never packed, even when a walk (no git) finds them: build outputs, environments and grading runs at the top,
 # caches anywhere.
 EXCLUDED_TOP = {"_build", ".venv", "venv", "grading", ".git"}
@@ -90,6 +100,27 @@ class Resolver:
     def image(self, path: str) -> str:
         """Where the site serves the image that the page's source names `path`."""
         return path
+
+    def notebook_link(self, text: str) -> str:
+        """A link to the page's own notebook; without a site, its text."""
+        return text
+
+
+def site_address(page_uri: str, link: str, base: str) -> str:
+    """A link written relative to a page of the site (`page_uri`, e.g. `chapters/02-x/index.html`) as it reads
+    from anywhere: the site's full address `base` and the file's path in the site. A link to another site or
+    within the page, or any link when `base` is empty (the address is not known), is left as it is."""
+    if not base or not link or link.startswith("#") or re.match(r"[A-Za-z][\w+.-]*:", link) or link.startswith("/"):
+        return link
+    path, hash_, fragment = link.partition("#")
+    path = posixpath.normpath(posixpath.join(posixpath.dirname(page_uri), path))
+    return f"{base.rstrip('/')}/{path}{hash_}{fragment}"
+
+
+RELATIVE_NOTE = ("*This notebook is a page of the course's website, downloaded. Its links to the site's other pages "
+                 "are relative to the page's address on the site: follow them on the site, where they lead to the "
+                 "page named; they do not open beside a downloaded copy.*")
+ADDRESS_NOTE = "*This notebook is the page [{title}]({address}) of the course's website; its links lead to the site.*"
 
 
 def split_title(content: str) -> tuple[str | None, str]:
@@ -142,6 +173,8 @@ def role_markdown(name: str, content: str, resolver: Resolver, attachments: dict
         return re.sub(r"\s*\(.*\)\s*$", "", content)
     if name == "course-archive":
         return f"[{content}]({resolver.url(ARCHIVE)})"
+    if name == "course-notebook":
+        return resolver.notebook_link(content)
     title, target = split_title(content)
     if name in ("nb-download", "download"):
         return f"[{title or target}]({target})"
@@ -368,10 +401,25 @@ class SphinxResolver(Resolver):
         path = (self.execute_dir / Path(self.docname).parent / f"{doc}.glue.json")
         return json.loads(path.read_text(encoding="utf-8"))[name]
 
+    @property
+    def base(self) -> str:
+        """The site's full address (Sphinx's html_baseurl), or "" where it is not known."""
+        return getattr(self.app.config, "html_baseurl", "") or ""
+
+    def page_uri(self) -> str:
+        return self.app.builder.get_target_uri(self.docname)
+
+    def link(self, uri: str) -> str:
+        """A link of the page as it reads in the downloaded notebook (`site_address`)."""
+        return site_address(self.page_uri(), uri, self.base)
+
     def url(self, path: str) -> str:
         from sphinx.util.osutil import relative_uri
 
-        return relative_uri(self.app.builder.get_target_uri(self.docname), path)
+        return self.link(relative_uri(self.page_uri(), path))
+
+    def notebook_link(self, text: str) -> str:
+        return f"[{text}]({self.url(notebook_path(self.docname))})"
 
     def image(self, path: str) -> str:
         if re.match(r"\w+://", path):
@@ -399,18 +447,19 @@ class SphinxResolver(Resolver):
                                                                 contnode)
         except Exception:  # noqa: BLE001 (the page itself was built strictly: fall back to the text)
             resolved = None
-        return node_markdown(resolved) if resolved is not None else (title or target)
+        return node_markdown(resolved, self.link) if resolved is not None else (title or target)
 
 
-def node_markdown(node) -> str:
-    """Inline docutils nodes (a resolved reference) as Markdown: links, emphasis, code, math."""
+def node_markdown(node, link=lambda uri: uri) -> str:
+    """Inline docutils nodes (a resolved reference) as Markdown: links (each passed through `link`), emphasis,
+    code, math."""
     from docutils import nodes
 
     if isinstance(node, nodes.Text):
         return str(node)
-    inner = "".join(node_markdown(child) for child in node.children)
+    inner = "".join(node_markdown(child, link) for child in node.children)
     if isinstance(node, nodes.reference) and (node.get("refuri") or node.get("refid")):
-        return f"[{inner}]({node.get('refuri') or '#' + node['refid']})"
+        return f"[{inner}]({link(node.get('refuri') or '#' + node['refid'])})"
     if isinstance(node, nodes.literal):
         return f"`{node.astext()}`"
     if isinstance(node, nodes.math):
@@ -426,8 +475,16 @@ def write_notebook(app, pagename: str, executed: Path, target: Path) -> None:
     """The reader's notebook of an executed page (html-page-context, once the references are resolvable)."""
     notebook = nbformat.read(executed, as_version=4)
     resolver = SphinxResolver(app, pagename, glue_outputs(executed), executed.parents[len(Path(pagename).parts) - 1])
+    readable = readable_notebook(notebook, resolver)
+    if resolver.base:
+        title = app.env.titles[pagename].astext() if pagename in app.env.titles else pagename
+        page = resolver.page_uri()
+        note = ADDRESS_NOTE.format(title=title, address=site_address(page, page.rpartition("/")[2], resolver.base))
+    else:
+        note = RELATIVE_NOTE
+    readable.cells.insert(0, nbformat.v4.new_markdown_cell(note, id="course-site-note"))
     target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(readable_notebook(notebook, resolver), target)
+    nbformat.write(readable, target)
 
 
 def course_files(root: Path) -> list[str]:
@@ -451,8 +508,9 @@ def course_files(root: Path) -> list[str]:
 
 
 def file_dates(root: Path, files: list[str]) -> dict[str, int]:
-    """When each file last changed, in seconds since the epoch: the time of its last commit (one pass over the
-    history), or its modification time where it has changes not committed, is untracked, or git is not there."""
+    """When each file last changed, in seconds since the epoch: the time of its last commit (`git log -1 --
+    <file>`, as course/buildstatus.py asks for a page's date), or its modification time where it has changes not
+    committed, is untracked, or git is not there."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, check=True, text=True).stdout
 
@@ -460,14 +518,11 @@ def file_dates(root: Path, files: list[str]) -> dict[str, int]:
     dirty: set[str] = set(files)
     try:
         if Path(git("rev-parse", "--show-toplevel").strip()).resolve() == root.resolve():
-            when = 0
-            for line in git("log", "--format=@%ct", "--name-only", "--no-renames", "HEAD").splitlines():
-                if line.startswith("@"):
-                    when = int(line[1:])
-                elif line and line not in committed:
-                    committed[line] = when
             changed = git("status", "--porcelain", "-z", "--untracked-files=all").split("\0")
             dirty = {entry[3:] for entry in changed if len(entry) > 3}
+            for name in files:
+                if name not in dirty and (when := git("log", "-1", "--format=%ct", "--", name).strip()):
+                    committed[name] = int(when)
     except (OSError, subprocess.CalledProcessError):
         pass
     return {name: committed[name] if name in committed and name not in dirty else int((root / name).stat().st_mtime)

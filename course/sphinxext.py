@@ -11,7 +11,8 @@
   screen each keeps at least 1/1.5 of its natural width, on a phone it is scaled to the screen, and each is a
   link to its full-size image.
 - build-finished: the course's source files packed as `_downloads/transformer-course.tar.gz` (course.downloads),
-  which the role {course-archive}`text` links to (the run note of every chapter, the introduction).
+  which the role {course-archive}`text` links to (the run note of every chapter, the introduction); the role
+  {course-notebook}`text` links to the page's own notebook, the same rewritten one as the download menu's.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ RUN_NOTE = """
 :::{admonition} Run this page yourself
 :class: tip dropdown course-run-note
 This page is a Jupyter notebook. Download it, with its outputs, from the download menu at the top of the page
-(*.ipynb*) or here: {nb-download}`notebook <NAME>`. It runs in Jupyter once the course is installed. Download
+(*.ipynb*) or here: {course-notebook}`notebook`. It runs in Jupyter once the course is installed. Download
 {course-archive}`the course (transformer-course.tar.gz)`, unpack it, and in its folder
 `python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e .` (Python 3.11: the pinned requirements,
 and the course itself, which makes `solutions`, the reference code that the page imports, and the figure style
@@ -105,8 +106,8 @@ def _page(app: Sphinx, pagename: str, templatename: str, context: dict, doctree)
     executed = outdir.parent / "jupyter_execute" / f"{pagename}.ipynb"
     if doctree is not None and executed.is_file():
         # As the page reads: glued values, plain Markdown admonitions and links (course/downloads.py).
-        downloads.write_notebook(app, pagename, executed, outdir / "_sources" / f"{pagename}.ipynb")
-        context["ipynb_source"] = f"{pagename}.ipynb"
+        downloads.write_notebook(app, pagename, executed, outdir / downloads.notebook_path(pagename))
+        context["ipynb_source"] = f"{pagename}.ipynb"  # the theme links to _sources/ + this
     # No thebe: the page has no live code, and its two configuration scripts declared the same constant twice.
     # (In place: these are the builder's own lists, which later handlers, e.g. MathJax's, still append to.)
     for key in ("script_files", "css_files"):
@@ -165,6 +166,18 @@ def _archive_role(name, rawtext, text, lineno, inliner, options=None, content=No
     return [nodes.reference(rawtext, text, refuri=uri, classes=["course-archive"])], []
 
 
+def _notebook_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """{course-notebook}`text`: a link to the page's own notebook, the one the download menu offers (written by
+    `_page` as `_sources/<page>.ipynb`, rewritten to read like the page), relative to the page. (myst-nb's
+    {nb-download} would serve the executed notebook with its MyST source as it is.)"""
+    from docutils import nodes
+    from sphinx.util.osutil import relative_uri
+
+    env = inliner.document.settings.env
+    uri = relative_uri(env.app.builder.get_target_uri(env.docname), downloads.notebook_path(env.docname))
+    return [nodes.reference(rawtext, text, refuri=uri, classes=["course-notebook"])], []
+
+
 def _write_archive(app: Sphinx, exception: Exception | None) -> None:
     """The course as a source archive beside the site, when the book is built from the course's root."""
     root = Path(app.srcdir)
@@ -176,9 +189,12 @@ def _write_archive(app: Sphinx, exception: Exception | None) -> None:
 
 def setup(app: Sphinx) -> dict:
     app.add_role("course-archive", _archive_role)
+    app.add_role("course-notebook", _notebook_role)
     app.connect("build-finished", _write_archive)
     app.connect("builder-inited", _build_font)
     app.connect("source-read", _inject)
     app.connect("html-page-context", _page, priority=400)  # before the theme builds its download menu (501)
     app.connect("html-page-context", _figures, priority=450)
-    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
+    # env_version: what source-read injects (the run note, the style cell) is part of every page read, so a
+    # change to it must make Sphinx read every page again (bump it with such a change).
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "2", "env_version": 2}

@@ -109,3 +109,20 @@ def test_check_passes_a_captioned_figure():
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_check_fails_on_a_broken_fixture(case):
     assert figure_problems(CAPTIONED + BROKEN[case], 9) != []
+
+
+def test_without_a_chinese_font_the_figure_style_says_what_to_install(monkeypatch, tmp_path):
+    """Neither the site's cut font nor an installed Noto Sans CJK: the style warns, naming the package, instead of
+    leaving matplotlib to draw Chinese as boxes (the style before issue 26 said nothing)."""
+    import matplotlib as mpl
+
+    from course import figures, fonts
+
+    def not_installed():
+        raise FileNotFoundError(fonts.INSTALL_HINT)
+
+    monkeypatch.setattr(fonts, "OTF", tmp_path / "course-cjk.otf")
+    monkeypatch.setattr(fonts, "find_source", not_installed)
+    assert figures.chinese_font() is None
+    with mpl.rc_context(), pytest.warns(UserWarning, match="fonts-noto-cjk"):
+        figures.use_course_style()
