@@ -48,7 +48,8 @@ This page is a Jupyter notebook. Download it, with its outputs, from the downloa
 {course-archive}`the course (transformer-course.tar.gz)`, unpack it, and in its folder
 `python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e .` (Python 3.11: the pinned requirements,
 and the course itself, which makes `solutions`, the reference code that the page imports, and the figure style
-importable); then `.venv/bin/jupyter lab NAME` where you saved the notebook. In the same folder, `make book`
+importable; on Linux, pip picks PyTorch's large CUDA build: the top of `requirements.txt` says how to install the
+CPU-only one first); then `.venv/bin/jupyter lab NAME` where you saved the notebook. In the same folder, `make book`
 builds this site and `make test` runs the course's tests (README.md).
 :::
 """
@@ -197,4 +198,4 @@ def setup(app: Sphinx) -> dict:
     app.connect("html-page-context", _figures, priority=450)
     # env_version: what source-read injects (the run note, the style cell) is part of every page read, so a
     # change to it must make Sphinx read every page again (bump it with such a change).
-    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "2", "env_version": 2}
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "3", "env_version": 3}
