@@ -138,15 +138,35 @@ def plain_text(output: dict, fmt_spec: str = "s") -> str:
     return format_plain_text(output["data"]["text/plain"], fmt_spec)
 
 
-def pasted(output: dict, attachments: dict, key: str) -> str:
-    """A glued output as `{glue}` pastes it: the first mime type that Markdown can show."""
+def first_sentence(text: str) -> str:
+    """The first sentence of a caption, in one line: what a figure shows, as its alt text (the site's, and the
+    downloaded notebook's). It ends at the first full stop outside brackets that a space or the end follows."""
+    text = re.sub(r"\s+", " ", text).strip()
+    depth = 0
+    for i, char in enumerate(text):
+        depth += (char in "([") - (char in ")]")
+        if char == "." and depth == 0 and (i + 1 == len(text) or text[i + 1] == " "):
+            return text[:i + 1]
+    return text
+
+
+def markdown_summary(caption: str) -> str:
+    """A Markdown caption's first sentence as plain text (links as their text, no emphasis, code or math marks)."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", caption)
+    text = re.sub(r"[*`$]|\\text\{([^{}]*)\}", lambda m: m.group(1) or "", text)
+    return first_sentence(text).replace("[", "(").replace("]", ")")
+
+
+def pasted(output: dict, attachments: dict, key: str, alt: str = "") -> str:
+    """A glued output as `{glue}` pastes it: the first mime type that Markdown can show (an image with `alt` as
+    its alt text, or its name)."""
     data = output["data"]
     for mime in GLUE_PRIORITY:
         if mime in data:
             if mime.startswith("image/"):
                 name = f"{key}.{mime.split('/')[1].split('+')[0]}"
                 attachments[name] = {mime: data[mime]}
-                return f"![{key}](attachment:{name})"
+                return f"![{alt or key}](attachment:{name})"
             if mime == "text/plain":
                 return plain_text(output)
             value = data[mime]
@@ -249,9 +269,9 @@ def directive_markdown(name: str, argument: str, body: list[str], resolver: Reso
         elif name == "glue:math":
             latex = output["data"].get("text/latex") or output["data"]["text/plain"]
             shown = "$$\n" + ("".join(latex) if isinstance(latex, list) else latex).strip().strip("$") + "\n$$"
-        else:
-            shown = inline(pasted(output, attachments, argument), resolver, attachments)
         caption = markdown(rest, resolver, attachments).strip()
+        if name not in ("glue:md", "glue:math"):
+            shown = inline(pasted(output, attachments, argument, markdown_summary(caption)), resolver, attachments)
         caption = numbered(caption, options, resolver)
         return anchor + shown + (f"\n\n*{caption}*" if caption else "")
     title = inline(argument.strip(), resolver, attachments)

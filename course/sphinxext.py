@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import hashlib
+import html
 import re
 import struct
 from pathlib import Path
@@ -29,8 +30,8 @@ from course import downloads, figures, fonts
 
 logger = logging.getLogger(__name__)
 CHAPTER_PAGE = re.compile(r"chapters/\d\d-[^/]+/index")
-# The cell names the version of the figure style (a hash of course/figures.py and of the font's characters),
-# so that changing either makes the execution cache run the pages again.
+# The cell names the version of the figure style (a hash of course/figures.py, course/diagrams.py and of the
+# font's characters), so that changing any of them makes the execution cache run the pages that draw again.
 STYLE_CELL = """
 ```{code-cell} ipython3
 :tags: [remove-cell]
@@ -89,6 +90,7 @@ def _inject(app: Sphinx, docname: str, source: list[str]) -> None:
 
 def _style_version() -> str:
     digest = hashlib.sha256(Path(figures.__file__).read_bytes())
+    digest.update(Path(figures.__file__).with_name("diagrams.py").read_bytes())  # the concept diagrams the pages draw
     digest.update(fonts.site_characters().encode())
     return digest.hexdigest()[:12]
 
@@ -154,7 +156,29 @@ def _figures(app: Sphinx, pagename: str, templatename: str, context: dict, doctr
             return tag
         return f'<a class="course-figure-link" href="{src}" title="Open the full-size image">{tag}</a>'
 
-    context["body"] = re.sub(r'<img\b[^>]*?\bsrc="([^"]+)"[^>]*>', figure, body)
+    body = re.sub(r'<img\b[^>]*?\bsrc="([^"]+)"[^>]*>', figure, body)
+    context["body"] = re.sub(r"<figure\b[^>]*>.*?</figure>", _alt_from_caption, body, flags=re.S)
+
+
+def caption_summary(caption_html: str) -> str:
+    """What a figure shows, in words, from its caption: the caption's first sentence as plain text (math as its
+    TeX without delimiters, no markup, no number, no link mark)."""
+    text = re.sub(r'<span class="caption-number">.*?</span>|<a class="headerlink".*?</a>', "", caption_html, flags=re.S)
+    text = html.unescape(re.sub(r"<[^>]+>", "", text))
+    text = re.sub(r"\\\(|\\\)|\\text\{([^{}]*)\}", lambda m: m.group(1) or "", text)
+    return downloads.first_sentence(text)
+
+
+def _alt_from_caption(m: re.Match) -> str:
+    """A figure's images get alt text that says what the figure shows (its caption's first sentence), not the
+    image's file path, which Sphinx writes there and a screen reader would read out."""
+    figure = m.group(0)
+    caption = re.search(r"<figcaption>(.*?)</figcaption>", figure, flags=re.S)
+    summary = caption_summary(caption.group(1)) if caption else ""
+    if not summary:
+        return figure
+    alt = html.escape(summary, quote=True)
+    return re.sub(r'(<img\b[^>]*?\balt=")[^"]*(")', lambda i: i.group(1) + alt + i.group(2), figure)
 
 
 def _archive_role(name, rawtext, text, lineno, inliner, options=None, content=None):
@@ -198,4 +222,4 @@ def setup(app: Sphinx) -> dict:
     app.connect("html-page-context", _figures, priority=450)
     # env_version: what source-read injects (the run note, the style cell) is part of every page read, so a
     # change to it must make Sphinx read every page again (bump it with such a change).
-    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "3", "env_version": 3}
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "4", "env_version": 3}

@@ -219,7 +219,7 @@ def test_the_conversion_of_each_kind_of_myst():
     assert "> **Why**\n>\n> See [Section A](sec-a.html).\n>\n> ```python\n> print('{doc}`x`')\n> ```\n\nAfter." in text
     assert "> **Note**\n>\n> Plain $a^2$." in text
     assert "E = mc^2\n\\tag{9.2} $$" in text and "a comment" not in text
-    assert '<a id="fig-a"></a>\n\n![img](attachment:img.png)\n\n*Fig. 9.1: The 0.12 curve.*' in text
+    assert '<a id="fig-a"></a>\n\n![The 0.12 curve.](attachment:img.png)\n\n*Fig. 9.1: The 0.12 curve.*' in text
     assert out.cells[0].attachments == {"img.png": {"image/png": "iVBORw0KGgo="}}
     assert text.endswith("End `{doc}` and [(9.2)](#equation-kv).")
     assert [c.cell_type for c in out.cells] == ["markdown", "code"]
