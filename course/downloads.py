@@ -138,14 +138,15 @@ def plain_text(output: dict, fmt_spec: str = "s") -> str:
     return format_plain_text(output["data"]["text/plain"], fmt_spec)
 
 
-def first_sentence(text: str) -> str:
+def first_sentence(text: str, min_words: int = 4) -> str:
     """The first sentence of a caption, in one line: what a figure shows, as its alt text (the site's, and the
-    downloaded notebook's). It ends at the first full stop outside brackets that a space or the end follows."""
+    downloaded notebook's). A sentence ends at a full stop outside brackets that a space or the end follows; a
+    first sentence of fewer than `min_words` words (a title, "Label smoothing.") takes the next one with it."""
     text = re.sub(r"\s+", " ", text).strip()
     depth = 0
     for i, char in enumerate(text):
         depth += (char in "([") - (char in ")]")
-        if char == "." and depth == 0 and (i + 1 == len(text) or text[i + 1] == " "):
+        if char == "." and depth == 0 and (i + 1 == len(text) or text[i + 1] == " ") and len(text[:i].split()) >= min_words:
             return text[:i + 1]
     return text
 
