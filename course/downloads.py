@@ -42,6 +42,8 @@ import tarfile
 from pathlib import Path
 import nbformat
 
+from course import editions
+
 # Where the site serves the course archive, and the folder name inside it.
 ARCHIVE = "_downloads/transformer-course.tar.gz"
 ARCHIVE_ROOT = "transformer-course"
@@ -104,6 +106,12 @@ class Resolver:
     def notebook_link(self, text: str) -> str:
         """A link to the page's own notebook; without a site, its text."""
         return text
+
+    def only(self, expression: str) -> bool:
+        """Whether an {only} block is shown: as Sphinx evaluates its expression over the build's tags (here none)."""
+        from sphinx.util.tags import Tags
+
+        return Tags().eval_condition(expression)
 
 
 def site_address(page_uri: str, link: str, base: str) -> str:
@@ -248,6 +256,8 @@ def directive_markdown(name: str, argument: str, body: list[str], resolver: Reso
     options, rest = directive_parts(body)
     if name in DROPPED:
         return ""
+    if name == "only":  # a block of one edition (course.editions): kept where the page keeps it
+        return markdown(rest, resolver, attachments) if resolver.only(argument) else ""
     if name in CODE_BLOCKS:
         return "```" + argument + "\n" + "\n".join(rest) + "\n```"
     if name == "math":
@@ -442,6 +452,9 @@ class SphinxResolver(Resolver):
     def notebook_link(self, text: str) -> str:
         return f"[{text}]({self.url(notebook_path(self.docname))})"
 
+    def only(self, expression: str) -> bool:
+        return self.app.tags.eval_condition(expression)
+
     def image(self, path: str) -> str:
         if re.match(r"\w+://", path):
             return path
@@ -508,10 +521,11 @@ def write_notebook(app, pagename: str, executed: Path, target: Path) -> None:
     nbformat.write(readable, target)
 
 
-def course_files(root: Path) -> list[str]:
+def course_files(root: Path, edition: str = editions.FULL) -> list[str]:
     """The course's source files, relative to `root`: those git tracks or would track (untracked files that are
     not ignored, so a build of a working tree packs what it built); without git, every file outside the build
-    folders, environments, grading runs and caches."""
+    folders, environments, grading runs and caches. The class edition leaves out the answers
+    (`editions.ANSWER_PATHS`)."""
     try:
         listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
                                 capture_output=True, check=True).stdout.decode().split("\0")
@@ -522,7 +536,7 @@ def course_files(root: Path) -> list[str]:
         path = root / name
         parts = Path(name).parts
         if (not name or parts[0] in EXCLUDED_TOP or set(parts) & EXCLUDED_PARTS or any(p.endswith(EXCLUDED_SUFFIXES) for p in parts)
-                or path.is_symlink() or not path.is_file()):
+                or path.is_symlink() or not path.is_file() or (edition == editions.CLASS and editions.is_answer_path(name))):
             continue
         files.append(Path(name).as_posix())
     return sorted(set(files))
@@ -550,21 +564,26 @@ def file_dates(root: Path, files: list[str]) -> dict[str, int]:
             for name in files}
 
 
-def write_archive(root: Path, target: Path) -> int:
+def write_archive(root: Path, target: Path, edition: str = editions.FULL) -> int:
     """The course as `transformer-course/...` in a tar.gz that is the same bytes for the same files and dates
-    (sorted; owners and gzip header fixed; modes 644 or 755; each file dated by `file_dates`). Returns the number
+    (sorted; owners and gzip header fixed; modes 644 or 755; each file dated by `file_dates`). The class edition
+    packs no answer (`course_files`) and adds `editions.NOTE_NAME`, dated as the newest file. Returns the number
     of files."""
-    files = course_files(root)
+    files = course_files(root, edition)
     dates = file_dates(root, files)
+    contents = {name: (root / name).read_bytes() for name in files}
+    if edition == editions.CLASS:
+        contents[editions.NOTE_NAME] = editions.CLASS_NOTE.encode()
+        dates[editions.NOTE_NAME] = max(dates.values(), default=0)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in files:
-            data = (root / name).read_bytes()
+        for name in sorted(contents):
+            data = contents[name]
             info = tarfile.TarInfo(f"{ARCHIVE_ROOT}/{name}")
             info.size, info.mtime, info.uid, info.gid, info.uname, info.gname = len(data), dates[name], 0, 0, "", ""
-            info.mode = 0o755 if os.access(root / name, os.X_OK) else 0o644
+            info.mode = 0o755 if (root / name).is_file() and os.access(root / name, os.X_OK) else 0o644
             tar.addfile(info, io.BytesIO(data))
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
         gz.write(buffer.getvalue())
-    return len(files)
+    return len(contents)

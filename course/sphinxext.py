@@ -1,5 +1,8 @@
 """Sphinx extension of the course book (listed in _config.yml): the site as readers meet it.
 
+- config-inited: the edition being built (course.editions: `COURSE_EDITION=class` is the class edition, without
+  the answers: its own run note and archive, the tag of its {only} blocks, the full edition's execution cache).
+
 - builder-inited: cut the Chinese web font to the characters of the pages (course.fonts), so that a bare
   `jupyter-book build .` serves it too; the CSS that uses it is `_static/course.css`.
 - source-read: in every notebook page that draws, a hidden cell after `%matplotlib inline` applies the
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import os
 import re
 import struct
 from pathlib import Path
@@ -26,7 +30,7 @@ from pathlib import Path
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
-from course import downloads, figures, fonts
+from course import downloads, editions, figures, fonts
 
 logger = logging.getLogger(__name__)
 CHAPTER_PAGE = re.compile(r"chapters/\d\d-[^/]+/index")
@@ -56,6 +60,29 @@ builds this site and `make test` runs the course's tests (README.md).
 """
 
 
+RUN_NOTE_CLASS = """
+:::{admonition} Run this page yourself
+:class: tip dropdown course-run-note
+This page is a Jupyter notebook. Download it, with its outputs, from the download menu at the top of the page
+(*.ipynb*) or here: {course-notebook}`notebook`. This is the class edition of the course, published without
+the answers to the graded exercises: the page's code imports the reference solutions (`solutions`), which this
+edition leaves out, so the notebook shows the page's outputs but its code does not run. What you run is the
+chapter's exercise notebook (*Exercises*, below this page), with PyTorch alone; {course-archive}`the course
+(transformer-course.tar.gz)` holds every exercise notebook and says, in `CLASS-EDITION.md`, what it leaves out.
+:::
+"""
+
+
+def _edition(app: Sphinx, config) -> None:
+    """The edition being built (course.editions): the class edition sets the tag its pages' {only} blocks name,
+    and reads the full edition's execution cache, so that it runs no page (course/editions.py says why)."""
+    app.course_edition = editions.current()
+    if app.course_edition == editions.CLASS:
+        app.tags.add(editions.TAG)
+        config.nb_execution_cache_path = os.environ.get(editions.CACHE_ENV) or str(Path(app.srcdir) / "_build" / ".jupyter_cache")
+        logger.info(f"[course] class edition: no answers in the archive; execution cache {config.nb_execution_cache_path}")
+
+
 def _build_font(app: Sphinx) -> None:
     info = fonts.ensure_font(Path(app.srcdir))
     logger.info(f"[course] Chinese web font: {info['woff2_bytes'] / 1024:.1f} KiB, "
@@ -83,7 +110,7 @@ def _inject(app: Sphinx, docname: str, source: list[str]) -> None:
     if CHAPTER_PAGE.fullmatch(docname):
         title = re.compile(r"^# .*\n", flags=re.M).search(text, start)
         if title:
-            note = RUN_NOTE.replace("NAME", Path(docname).name + ".ipynb")
+            note = (RUN_NOTE_CLASS if app.course_edition == editions.CLASS else RUN_NOTE).replace("NAME", Path(docname).name + ".ipynb")
             text = text[:title.end()] + note + text[title.end():]
     source[0] = text
 
@@ -208,11 +235,12 @@ def _write_archive(app: Sphinx, exception: Exception | None) -> None:
     root = Path(app.srcdir)
     if exception is not None or app.builder.format != "html" or not (root / "pyproject.toml").is_file():
         return
-    count = downloads.write_archive(root, Path(app.outdir) / downloads.ARCHIVE)
-    logger.info(f"[course] course archive: {downloads.ARCHIVE}, {count} files")
+    count = downloads.write_archive(root, Path(app.outdir) / downloads.ARCHIVE, edition=app.course_edition)
+    logger.info(f"[course] course archive ({app.course_edition} edition): {downloads.ARCHIVE}, {count} files")
 
 
 def setup(app: Sphinx) -> dict:
+    app.connect("config-inited", _edition)
     app.add_role("course-archive", _archive_role)
     app.add_role("course-notebook", _notebook_role)
     app.connect("build-finished", _write_archive)
@@ -222,4 +250,4 @@ def setup(app: Sphinx) -> dict:
     app.connect("html-page-context", _figures, priority=450)
     # env_version: what source-read injects (the run note, the style cell) is part of every page read, so a
     # change to it must make Sphinx read every page again (bump it with such a change).
-    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "4", "env_version": 3}
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "5", "env_version": 4}
