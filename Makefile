@@ -10,7 +10,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export MPLBACKEND := Agg
 
-.PHONY: book test notebooks grade-demo bench clean lock sandbox-tools test-tools font-tools font
+.PHONY: book class-book test notebooks grade-demo bench clean lock sandbox-tools test-tools font-tools font
 
 # The course is installed into the venv in editable mode (pyproject.toml): `solutions`, `autograder` and `course`
 # import from anywhere, so neither the book build nor a downloaded page needs PYTHONPATH.
@@ -49,6 +49,13 @@ font: font-tools
 book: font
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "Site built: open _build/html/index.html"
+
+# The class edition: the same site without the answers to the graded exercises (no solutions/, autograder/ or
+# tests/ in its archive; course/editions.py), for an instructor who grades with the course to publish. It reuses
+# the execution cache of `make book` (_build/.jupyter_cache), so it runs no page again. guides/instructors.md.
+class-book: font
+	COURSE_EDITION=class $(BIN)/jupyter-book build . --path-output _build/class --warningiserror --nitpick --keep-going
+	@echo "Class edition built: publish _build/class/_build/html (guides/instructors.md, 'Publishing the class edition')"
 
 # The grading sandbox needs bubblewrap (Debian package `bubblewrap`); as root this installs it.
 sandbox-tools:

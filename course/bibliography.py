@@ -4,10 +4,13 @@ sphinxcontrib-bibtex (Jupyter Book's citation support) cites author-year in squa
 References page with alpha keys such as [XYT+20]. A reader of a textbook expects round brackets in the text
 and the same "author, year" on the References page, so this module registers two small styles:
 
-- referencing style `author_year_round` (`bibtex_reference_style`): {cite:t} gives "Xiong et al. (2020)",
-  {cite:p} gives "(Xiong et al., 2020)";
 - formatting style `course` (`bibtex_default_style`): pybtex's `unsrt` entries, sorted by author and year,
-  labelled "Xiong et al., 2020" (with a, b, ... where two labels would be the same).
+  labelled "Xiong et al., 2020" (with a, b, ... where two labels would be the same), titles as the .bib file
+  writes them (unsrt would lower-case "Big Bird" to "Big bird");
+- referencing style `author_year_round` (`bibtex_reference_style`): {cite:t} gives "Xiong et al. (2020)",
+  {cite:p} gives "(Xiong et al., 2020)", both read from the entry's label on the References page, so that a
+  citation in the text is the label the reader finds in the list ("PyTorch contributors, 2026b", never a bare
+  2026 that two entries share, nor an "and others" that the list calls "et al.").
 """
 
 from __future__ import annotations
@@ -17,27 +20,75 @@ import string
 from collections import Counter
 
 import pybtex.plugin
+from pybtex.richtext import Text
 from pybtex.style.formatting.unsrt import Style as UnsrtStyle
 from pybtex.style.labels import BaseLabelStyle
+from pybtex.style.template import field, sentence
 from sphinx.application import Sphinx
 from sphinxcontrib.bibtex.plugin import register_plugin
-from sphinxcontrib.bibtex.style.referencing import BracketStyle
-from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
+from sphinxcontrib.bibtex.style.referencing import BracketStyle, GroupReferenceStyle
+from sphinxcontrib.bibtex.style.referencing.basic_author_year import (
+    BasicAuthorYearParentheticalReferenceStyle,
+    BasicAuthorYearTextualReferenceStyle,
+)
+from sphinxcontrib.bibtex.style.referencing.extra_empty import ExtraEmptyReferenceStyle
+from sphinxcontrib.bibtex.style.template import entry_label, join, join2, node, post_text, pre_text, reference
 
 
 def _round() -> BracketStyle:
     return BracketStyle(left="(", right=")", sep="; ")
 
 
-@dataclasses.dataclass
-class RoundAuthorYearReferenceStyle(AuthorYearReferenceStyle):
-    """Author-year citations in round brackets: "Su et al. (2021)" and "(Su et al., 2021)"."""
+def _label_parts(data) -> tuple[str, str]:
+    """The entry's label on the References page, "Xiong et al., 2020a", as ("Xiong et al.", "2020a")."""
+    author, _, year = data["formatted_entry"].label.rpartition(", ")
+    return author, year
 
-    bracket_textual: BracketStyle = dataclasses.field(default_factory=_round)
-    bracket_parenthetical: BracketStyle = dataclasses.field(default_factory=_round)
-    bracket_author: BracketStyle = dataclasses.field(default_factory=_round)
-    bracket_label: BracketStyle = dataclasses.field(default_factory=_round)
-    bracket_year: BracketStyle = dataclasses.field(default_factory=_round)
+
+@node
+def label_author(children, data) -> Text:
+    """The authors part of the entry's label ("Xiong et al.")."""
+    assert not children
+    return Text(_label_parts(data)[0])
+
+
+@node
+def label_year(children, data) -> Text:
+    """The year part of the entry's label, with its letter where two labels would be the same ("2026b")."""
+    assert not children
+    return Text(_label_parts(data)[1])
+
+
+@dataclasses.dataclass
+class LabelParentheticalStyle(BasicAuthorYearParentheticalReferenceStyle):
+    """{cite:p}: "(Xiong et al., 2020)", the entry's label itself."""
+
+    def inner(self, role_name: str):
+        return join2(sep1=self.pre_text_sep, sep2=self.post_text_sep)[pre_text, reference[entry_label], post_text]
+
+
+@dataclasses.dataclass
+class LabelTextualStyle(BasicAuthorYearTextualReferenceStyle):
+    """{cite:t}: "Xiong et al. (2020)", the label's two parts."""
+
+    def inner(self, role_name: str):
+        return join(sep=self.text_reference_sep)[
+            label_author,
+            join[self.bracket.left,
+                 join2(sep1=self.pre_text_sep, sep2=self.post_text_sep)[pre_text, reference[label_year], post_text],
+                 self.bracket.right],
+        ]
+
+
+@dataclasses.dataclass
+class RoundAuthorYearReferenceStyle(GroupReferenceStyle):
+    """Author-year citations in round brackets, read from the entries' labels: "Su et al. (2021)" and
+    "(Su et al., 2021)"; the book uses no other citation role."""
+
+    def __post_init__(self):
+        self.styles.extend([LabelParentheticalStyle(bracket=_round()), LabelTextualStyle(bracket=_round()),
+                            ExtraEmptyReferenceStyle()])
+        super().__post_init__()
 
 
 def _authors(entry) -> str:
@@ -75,6 +126,11 @@ class CourseStyle(UnsrtStyle):
 
     default_label_style = "course_author_year"
     default_sorting_style = "author_year_title"
+
+    def format_title(self, e, which_field, as_sentence=True):
+        """The title as the .bib file writes it (unsrt lower-cases all but its first letter)."""
+        title = field(which_field)
+        return sentence[title] if as_sentence else title
 
 
 def setup(app: Sphinx) -> dict:

@@ -66,7 +66,7 @@ def multi_head_attention(n: int = 4, h: int = 3) -> Figure:
     shapes in general, (n, d_model) and (h, n, d_k) with d_k = d_model / h."""
     width_cells = 3 * h + 1  # how wide a d_model-wide matrix is drawn: h heads of 3 cells and a margin
     d_k_cells = 3
-    fig, ax = new_diagram(7.6, 9.0, (-1.0, 37.0), (-44.0, 0.6))
+    fig, ax = new_diagram(7.6, 9.2, (-1.0, 37.0), (-45.0, 0.6))
     col_x = {"Q": 0.5, "K": 12.5, "V": 24.5}
     colour = {"Q": COLOURS["q"], "K": COLOURS["k"], "V": COLOURS["v"]}
 
@@ -82,9 +82,9 @@ def multi_head_attention(n: int = 4, h: int = 3) -> Figure:
         ax.text(x + (width_cells - 1) / 2, top - n - 0.7, f"${name} = XW^{name}$: " + r"$(n, d_\mathrm{model})$",
                 ha="center", va="top")
     # 3. split into h heads of width d_k: (h, n, d_k), drawn as h separate blocks
-    top_split = top - n - 4.2
+    top_split = top - n - 5.2
     for name, x in col_x.items():
-        arrow(ax, x + (width_cells - 1) / 2, top - n - 2.2, x + (width_cells - 1) / 2, top_split + 0.3)
+        arrow(ax, x + (width_cells - 1) / 2, top - n - 2.2, x + (width_cells - 1) / 2, top_split + 1.5)
         for i in range(h):
             grid(ax, x + i * (d_k_cells + 0.5) - 0.5, top_split, n, d_k_cells, colour[name])
     ax.text(18, top_split - n - 0.5, r"split into $h$ heads: $(n, d_\mathrm{model}) \to (h, n, d_k)$, "
@@ -97,10 +97,14 @@ def multi_head_attention(n: int = 4, h: int = 3) -> Figure:
         box(ax, cx, top_att - att_h / 2, att_w, att_h,
             f"head {i + 1 if i < h - 1 else 'h'}:\n" + r"softmax$\left(\frac{Q_i K_i^\top}{\sqrt{d_k}}\right) V_i$",
             COLOURS["weights"])
+    # head i takes the i-th block of Q, K and V: each block is named, and one arrow goes down to each head (an
+    # arrow from every block to its head would cross the others)
     for name, x in col_x.items():
         for i in range(h):
             sx = x + i * (d_k_cells + 0.5) - 0.5 + d_k_cells / 2
-            arrow(ax, sx, top_split - n - 2.0, 6 + i * 12, top_att + 0.1, color="0.55", lw=0.8)
+            ax.text(sx, top_split + 0.2, f"${name}_{i + 1 if i < h - 1 else 'h'}$", ha="center", va="bottom")
+    for i in range(h):
+        arrow(ax, 6 + i * 12, top_split - n - 2.0, 6 + i * 12, top_att + 0.1)
     ax.text(18, top_att - att_h - 0.5, r"each head: weights $(n, n)$, output $(n, d_k)$; all heads at once: $(h, n, d_k)$",
             ha="center", va="top")
     # 5. concatenate the heads back to (n, h d_k) = (n, d_model)
@@ -114,7 +118,9 @@ def multi_head_attention(n: int = 4, h: int = 3) -> Figure:
     # 6. the output projection W^O mixes the heads: (n, d_model)
     top_out = top_cat - n - 2.8
     arrow(ax, x0 + h * d_k_cells / 2, top_cat - n - 0.2, x0 + h * d_k_cells / 2, top_out + 0.3)
-    ax.text(x0 - 0.6, top_cat - n - 1.4, r"$\times\, W^O$ $(d_\mathrm{model}, d_\mathrm{model})$", ha="right", va="center")
+    # W^O labels the arrow it stands for, just beside it
+    ax.text(x0 + h * d_k_cells / 2 + 0.6, top_cat - n - 1.4, r"$\times\, W^O$ $(d_\mathrm{model}, d_\mathrm{model})$",
+            ha="left", va="center")
     grid(ax, x0, top_out, n, h * d_k_cells, COLOURS["input"])
     ax.text(x0 + h * d_k_cells + 0.6, top_out - n / 2, r"output: $(n, d_\mathrm{model})$, as wide as $X$",
             va="center")
@@ -146,17 +152,20 @@ def kv_cache_step(t: int = 5, d_k: int = 4) -> Figure:
         ax.text(x + d_k / 2, top + 0.6, f"cached ${name}$: $(t, d_k)$", ha="center", va="bottom")
         ax.text(x + d_k + 0.3, top - t + 0.5, f"${name.lower()}_t$ appended", va="center", color=COLOURS["new"])
         ax.text(x + d_k / 2, top - t - 0.5, "step t + 1", ha="center", va="center", color="0.4")
-    arrow(ax, d_k + 3.4, 1.6, kx - 0.2, top - t + 0.5, color=COLOURS["new"])
-    arrow(ax, d_k + 3.4, 0.0, vx - 0.2, top - t + 0.5, color=COLOURS["new"], connectionstyle="arc3,rad=0.42")
+    # k_t and v_t enter the upper half of their appended rows, from the left
+    arrow(ax, d_k + 3.4, 1.6, kx - 0.2, top - t + 0.75, color=COLOURS["new"])
+    arrow(ax, d_k + 3.4, 0.0, vx - 0.2, top - t + 0.75, color=COLOURS["new"], connectionstyle="arc3,rad=0.42")
     # scores: one row of t weights, then the output row
     sy = -9.0
     grid(ax, 0, sy + 0.5, 1, t, COLOURS["weights"])
     ax.text(t / 2, sy - 1.0, "weights $(1, t)$:\n" + r"softmax$(q_t K^\top / \sqrt{d_k})$", ha="center", va="top")
     arrow(ax, 1.5, -1.6 - 0.6, 1.5, sy + 0.6, color="0.4")  # q_t goes down to the scores
-    arrow(ax, kx + d_k / 2, top - t - 1.1, t + 0.6, sy + 0.2, color="0.4")
+    # the weights read all t cached rows of K: the arrow leaves the block at its last row (k_t), from its lower
+    # left corner, never from the dashed row below it (step t + 1's, not used by step t)
+    arrow(ax, kx - 0.2, top - t + 0.2, t + 0.6, sy + 0.2, color="0.4")
     ox = 17.0
     grid(ax, ox, sy + 0.5, 1, d_k, COLOURS["out"])
     ax.text(ox + d_k / 2, sy - 1.0, "output $(1, d_k)$:\nweights $\\times$ $V$", ha="center", va="top")
     arrow(ax, t + 0.3, sy, ox - 0.3, sy)
-    arrow(ax, vx + d_k / 2, top - t - 1.1, ox + d_k - 0.5, sy + 0.7, color="0.4")
+    arrow(ax, vx - 0.2, top - t + 0.2, ox + d_k - 0.5, sy + 0.7, color="0.4")
     return fig

@@ -13,13 +13,19 @@ page shows numbers, `:::{admonition}` fences, `{doc}` and `{ref}` roles, which J
 - admonitions and dropdowns become a bold title and a block quote; figures, tables and code blocks their Markdown
   equivalents; labels become HTML anchors, comments go; math stays ($...$ is Jupyter's own), a labelled
   equation gets its number as `\\tag`;
+- links to the site's other pages and files become the site's full address where it is known (`html.baseurl` in
+  _config.yml, Sphinx's `html_baseurl`), since nothing of the site lies beside a downloaded notebook; where it is
+  not, they stay relative to the page and the notebook's first cell says so;
 - code cells all stay, so the notebook runs top to bottom: a cell the page removes (it may compute glued values,
   or apply the figure style) is kept, collapsed, with its tag; a hidden input or output is hidden in Jupyter too.
 
 Code spans and fenced code blocks are left exactly as written (a guide may show a role as an example).
 
 `write_archive` packs the course's source files (those git knows, or, without git, every file outside the build
-folders) into a tar.gz whose bytes depend only on those files: sorted entries, fixed times and owners.
+folders) into a tar.gz whose bytes depend only on those files and their dates: sorted entries, fixed owners, and
+each file dated as the appendix *Build status* dates it (`file_dates`): its last commit, or, for a file with
+changes not committed or without git, its modification time. A site built from the unpacked archive then shows
+the same dates as the site it came from.
 """
 
 from __future__ import annotations
@@ -29,15 +35,24 @@ import gzip
 import io
 import json
 import os
+import posixpath
 import re
 import subprocess
 import tarfile
 from pathlib import Path
 import nbformat
 
+from course import editions
+
 # Where the site serves the course archive, and the folder name inside it.
 ARCHIVE = "_downloads/transformer-course.tar.gz"
 ARCHIVE_ROOT = "transformer-course"
+
+
+def notebook_path(docname: str) -> str:
+    """Where the site serves a page's notebook (the theme's download menu links to `_sources/<page>.ipynb`)."""
+    return f"_sources/{docname}.ipynb"
+
 # Never packed, even when a walk (no git) finds them: build outputs, environments and grading runs at the top,
 # caches anywhere.
 EXCLUDED_TOP = {"_build", ".venv", "venv", "grading", ".git"}
@@ -88,6 +103,33 @@ class Resolver:
         """Where the site serves the image that the page's source names `path`."""
         return path
 
+    def notebook_link(self, text: str) -> str:
+        """A link to the page's own notebook; without a site, its text."""
+        return text
+
+    def only(self, expression: str) -> bool:
+        """Whether an {only} block is shown: as Sphinx evaluates its expression over the build's tags (here none)."""
+        from sphinx.util.tags import Tags
+
+        return Tags().eval_condition(expression)
+
+
+def site_address(page_uri: str, link: str, base: str) -> str:
+    """A link written relative to a page of the site (`page_uri`, e.g. `chapters/02-x/index.html`) as it reads
+    from anywhere: the site's full address `base` and the file's path in the site. A link to another site or
+    within the page, or any link when `base` is empty (the address is not known), is left as it is."""
+    if not base or not link or link.startswith("#") or re.match(r"[A-Za-z][\w+.-]*:", link) or link.startswith("/"):
+        return link
+    path, hash_, fragment = link.partition("#")
+    path = posixpath.normpath(posixpath.join(posixpath.dirname(page_uri), path))
+    return f"{base.rstrip('/')}/{path}{hash_}{fragment}"
+
+
+RELATIVE_NOTE = ("*This notebook is a page of the course's website, downloaded. Its links to the site's other pages "
+                 "are relative to the page's address on the site: follow them on the site, where they lead to the "
+                 "page named; they do not open beside a downloaded copy.*")
+ADDRESS_NOTE = "*This notebook is the page [{title}]({address}) of the course's website; its links lead to the site.*"
+
 
 def split_title(content: str) -> tuple[str | None, str]:
     """`title <target>` or `target`, as Sphinx's cross-reference roles read them."""
@@ -104,15 +146,36 @@ def plain_text(output: dict, fmt_spec: str = "s") -> str:
     return format_plain_text(output["data"]["text/plain"], fmt_spec)
 
 
-def pasted(output: dict, attachments: dict, key: str) -> str:
-    """A glued output as `{glue}` pastes it: the first mime type that Markdown can show."""
+def first_sentence(text: str, min_words: int = 4) -> str:
+    """The first sentence of a caption, in one line: what a figure shows, as its alt text (the site's, and the
+    downloaded notebook's). A sentence ends at a full stop outside brackets that a space or the end follows; a
+    first sentence of fewer than `min_words` words (a title, "Label smoothing.") takes the next one with it."""
+    text = re.sub(r"\s+", " ", text).strip()
+    depth = 0
+    for i, char in enumerate(text):
+        depth += (char in "([") - (char in ")]")
+        if char == "." and depth == 0 and (i + 1 == len(text) or text[i + 1] == " ") and len(text[:i].split()) >= min_words:
+            return text[:i + 1]
+    return text
+
+
+def markdown_summary(caption: str) -> str:
+    """A Markdown caption's first sentence as plain text (links as their text, no emphasis, code or math marks)."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", caption)
+    text = re.sub(r"[*`$]|\\text\{([^{}]*)\}", lambda m: m.group(1) or "", text)
+    return first_sentence(text).replace("[", "(").replace("]", ")")
+
+
+def pasted(output: dict, attachments: dict, key: str, alt: str = "") -> str:
+    """A glued output as `{glue}` pastes it: the first mime type that Markdown can show (an image with `alt` as
+    its alt text, or its name)."""
     data = output["data"]
     for mime in GLUE_PRIORITY:
         if mime in data:
             if mime.startswith("image/"):
                 name = f"{key}.{mime.split('/')[1].split('+')[0]}"
                 attachments[name] = {mime: data[mime]}
-                return f"![{key}](attachment:{name})"
+                return f"![{alt or key}](attachment:{name})"
             if mime == "text/plain":
                 return plain_text(output)
             value = data[mime]
@@ -139,6 +202,8 @@ def role_markdown(name: str, content: str, resolver: Resolver, attachments: dict
         return re.sub(r"\s*\(.*\)\s*$", "", content)
     if name == "course-archive":
         return f"[{content}]({resolver.url(ARCHIVE)})"
+    if name == "course-notebook":
+        return resolver.notebook_link(content)
     title, target = split_title(content)
     if name in ("nb-download", "download"):
         return f"[{title or target}]({target})"
@@ -191,6 +256,8 @@ def directive_markdown(name: str, argument: str, body: list[str], resolver: Reso
     options, rest = directive_parts(body)
     if name in DROPPED:
         return ""
+    if name == "only":  # a block of one edition (course.editions): kept where the page keeps it
+        return markdown(rest, resolver, attachments) if resolver.only(argument) else ""
     if name in CODE_BLOCKS:
         return "```" + argument + "\n" + "\n".join(rest) + "\n```"
     if name == "math":
@@ -213,9 +280,9 @@ def directive_markdown(name: str, argument: str, body: list[str], resolver: Reso
         elif name == "glue:math":
             latex = output["data"].get("text/latex") or output["data"]["text/plain"]
             shown = "$$\n" + ("".join(latex) if isinstance(latex, list) else latex).strip().strip("$") + "\n$$"
-        else:
-            shown = inline(pasted(output, attachments, argument), resolver, attachments)
         caption = markdown(rest, resolver, attachments).strip()
+        if name not in ("glue:md", "glue:math"):
+            shown = inline(pasted(output, attachments, argument, markdown_summary(caption)), resolver, attachments)
         caption = numbered(caption, options, resolver)
         return anchor + shown + (f"\n\n*{caption}*" if caption else "")
     title = inline(argument.strip(), resolver, attachments)
@@ -365,10 +432,28 @@ class SphinxResolver(Resolver):
         path = (self.execute_dir / Path(self.docname).parent / f"{doc}.glue.json")
         return json.loads(path.read_text(encoding="utf-8"))[name]
 
+    @property
+    def base(self) -> str:
+        """The site's full address (Sphinx's html_baseurl), or "" where it is not known."""
+        return getattr(self.app.config, "html_baseurl", "") or ""
+
+    def page_uri(self) -> str:
+        return self.app.builder.get_target_uri(self.docname)
+
+    def link(self, uri: str) -> str:
+        """A link of the page as it reads in the downloaded notebook (`site_address`)."""
+        return site_address(self.page_uri(), uri, self.base)
+
     def url(self, path: str) -> str:
         from sphinx.util.osutil import relative_uri
 
-        return relative_uri(self.app.builder.get_target_uri(self.docname), path)
+        return self.link(relative_uri(self.page_uri(), path))
+
+    def notebook_link(self, text: str) -> str:
+        return f"[{text}]({self.url(notebook_path(self.docname))})"
+
+    def only(self, expression: str) -> bool:
+        return self.app.tags.eval_condition(expression)
 
     def image(self, path: str) -> str:
         if re.match(r"\w+://", path):
@@ -396,18 +481,19 @@ class SphinxResolver(Resolver):
                                                                 contnode)
         except Exception:  # noqa: BLE001 (the page itself was built strictly: fall back to the text)
             resolved = None
-        return node_markdown(resolved) if resolved is not None else (title or target)
+        return node_markdown(resolved, self.link) if resolved is not None else (title or target)
 
 
-def node_markdown(node) -> str:
-    """Inline docutils nodes (a resolved reference) as Markdown: links, emphasis, code, math."""
+def node_markdown(node, link=lambda uri: uri) -> str:
+    """Inline docutils nodes (a resolved reference) as Markdown: links (each passed through `link`), emphasis,
+    code, math."""
     from docutils import nodes
 
     if isinstance(node, nodes.Text):
         return str(node)
-    inner = "".join(node_markdown(child) for child in node.children)
+    inner = "".join(node_markdown(child, link) for child in node.children)
     if isinstance(node, nodes.reference) and (node.get("refuri") or node.get("refid")):
-        return f"[{inner}]({node.get('refuri') or '#' + node['refid']})"
+        return f"[{inner}]({link(node.get('refuri') or '#' + node['refid'])})"
     if isinstance(node, nodes.literal):
         return f"`{node.astext()}`"
     if isinstance(node, nodes.math):
@@ -423,14 +509,23 @@ def write_notebook(app, pagename: str, executed: Path, target: Path) -> None:
     """The reader's notebook of an executed page (html-page-context, once the references are resolvable)."""
     notebook = nbformat.read(executed, as_version=4)
     resolver = SphinxResolver(app, pagename, glue_outputs(executed), executed.parents[len(Path(pagename).parts) - 1])
+    readable = readable_notebook(notebook, resolver)
+    if resolver.base:
+        title = app.env.titles[pagename].astext() if pagename in app.env.titles else pagename
+        page = resolver.page_uri()
+        note = ADDRESS_NOTE.format(title=title, address=site_address(page, page.rpartition("/")[2], resolver.base))
+    else:
+        note = RELATIVE_NOTE
+    readable.cells.insert(0, nbformat.v4.new_markdown_cell(note, id="course-site-note"))
     target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(readable_notebook(notebook, resolver), target)
+    nbformat.write(readable, target)
 
 
-def course_files(root: Path) -> list[str]:
+def course_files(root: Path, edition: str = editions.FULL) -> list[str]:
     """The course's source files, relative to `root`: those git tracks or would track (untracked files that are
     not ignored, so a build of a working tree packs what it built); without git, every file outside the build
-    folders, environments, grading runs and caches."""
+    folders, environments, grading runs and caches. The class edition leaves out the answers
+    (`editions.ANSWER_PATHS`)."""
     try:
         listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
                                 capture_output=True, check=True).stdout.decode().split("\0")
@@ -441,25 +536,54 @@ def course_files(root: Path) -> list[str]:
         path = root / name
         parts = Path(name).parts
         if (not name or parts[0] in EXCLUDED_TOP or set(parts) & EXCLUDED_PARTS or any(p.endswith(EXCLUDED_SUFFIXES) for p in parts)
-                or path.is_symlink() or not path.is_file()):
+                or path.is_symlink() or not path.is_file() or (edition == editions.CLASS and editions.is_answer_path(name))):
             continue
         files.append(Path(name).as_posix())
     return sorted(set(files))
 
 
-def write_archive(root: Path, target: Path) -> int:
-    """The course as `transformer-course/...` in a tar.gz that is the same bytes for the same files (sorted,
-    times, owners and gzip header fixed; modes 644 or 755). Returns the number of files."""
-    files = course_files(root)
+def file_dates(root: Path, files: list[str]) -> dict[str, int]:
+    """When each file last changed, in seconds since the epoch: the time of its last commit (`git log -1 --
+    <file>`, as course/buildstatus.py asks for a page's date), or its modification time where it has changes not
+    committed, is untracked, or git is not there."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, check=True, text=True).stdout
+
+    committed: dict[str, int] = {}
+    dirty: set[str] = set(files)
+    try:
+        if Path(git("rev-parse", "--show-toplevel").strip()).resolve() == root.resolve():
+            changed = git("status", "--porcelain", "-z", "--untracked-files=all").split("\0")
+            dirty = {entry[3:] for entry in changed if len(entry) > 3}
+            for name in files:
+                if name not in dirty and (when := git("log", "-1", "--format=%ct", "--", name).strip()):
+                    committed[name] = int(when)
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return {name: committed[name] if name in committed and name not in dirty else int((root / name).stat().st_mtime)
+            for name in files}
+
+
+def write_archive(root: Path, target: Path, edition: str = editions.FULL) -> int:
+    """The course as `transformer-course/...` in a tar.gz that is the same bytes for the same files and dates
+    (sorted; owners and gzip header fixed; modes 644 or 755; each file dated by `file_dates`). The class edition
+    packs no answer (`course_files`) and adds `editions.NOTE_NAME`, dated as the newest file. Returns the number
+    of files."""
+    files = course_files(root, edition)
+    dates = file_dates(root, files)
+    contents = {name: (root / name).read_bytes() for name in files}
+    if edition == editions.CLASS:
+        contents[editions.NOTE_NAME] = editions.CLASS_NOTE.encode()
+        dates[editions.NOTE_NAME] = max(dates.values(), default=0)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in files:
-            data = (root / name).read_bytes()
+        for name in sorted(contents):
+            data = contents[name]
             info = tarfile.TarInfo(f"{ARCHIVE_ROOT}/{name}")
-            info.size, info.mtime, info.uid, info.gid, info.uname, info.gname = len(data), 0, 0, 0, "", ""
-            info.mode = 0o755 if os.access(root / name, os.X_OK) else 0o644
+            info.size, info.mtime, info.uid, info.gid, info.uname, info.gname = len(data), dates[name], 0, 0, "", ""
+            info.mode = 0o755 if (root / name).is_file() and os.access(root / name, os.X_OK) else 0o644
             tar.addfile(info, io.BytesIO(data))
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
         gz.write(buffer.getvalue())
-    return len(files)
+    return len(contents)

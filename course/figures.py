@@ -4,7 +4,10 @@ The book build runs `use_course_style()` in every page that draws (the Sphinx ex
 adds a hidden cell after the page's `%matplotlib inline`; a downloaded notebook shows that cell). It
 
 - draws Chinese with the site's own font (`_static/fonts/course-cjk.otf`, the same subset the web pages use),
-  so the figures can label 我 喜欢 苹果 as the notes do; Latin text stays in DejaVu Sans;
+  so the figures can label 我 喜欢 苹果 as the notes do; Latin text stays in DejaVu Sans. Where that subset
+  was not cut (a page run from the course archive, which holds no build output), it draws Chinese with the
+  installed Noto Sans CJK it is cut from; where neither is there, it warns once, saying what to install,
+  instead of leaving matplotlib to draw empty boxes;
 - sets the sizes, and fits every figure to where the site shows it (`fit_to_column`): at most `CONTENT_PX`
   pixels wide (the content column on a desktop screen; a figure drawn wider is scaled down as a whole and laid
   out again, its text keeping its size), no text below `MIN_TEXT_PT`, so that text is at least
@@ -50,15 +53,34 @@ STYLE = {
 }
 
 
+NO_CJK_FONT = ("the figures of this page label Chinese text, and no Chinese font was found: "
+               f"{fonts.INSTALL_HINT}, then run the page again")
+
+
+def chinese_font() -> tuple[str, str] | None:
+    """The font file and family that draw the figures' Chinese: the site's subset where the book build cut it,
+    else the installed Noto Sans CJK (SC face) it is cut from, else None."""
+    if fonts.OTF.is_file():
+        return str(fonts.OTF), fonts.FAMILY
+    try:
+        return str(fonts.find_source()), fonts.SOURCE_FAMILY
+    except FileNotFoundError:
+        return None
+
+
 def use_course_style() -> None:
     """Fonts and sizes for the figures of this page, and the PNG output that records its smallest text."""
     mpl.rcParams.update(STYLE)
-    if fonts.OTF.is_file():
+    found = chinese_font()
+    if found:
         from matplotlib import font_manager
 
-        font_manager.fontManager.addfont(str(fonts.OTF))
-        # Fallback per glyph: Latin from DejaVu Sans, Chinese from the site's subset.
-        mpl.rcParams["font.family"] = ["DejaVu Sans", fonts.FAMILY]
+        path, family = found
+        font_manager.fontManager.addfont(path)
+        # Fallback per glyph: Latin from DejaVu Sans, Chinese from the font found.
+        mpl.rcParams["font.family"] = ["DejaVu Sans", family]
+    else:
+        warnings.warn(NO_CJK_FONT, stacklevel=2)
     try:
         from IPython import get_ipython
     except ImportError:

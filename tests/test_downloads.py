@@ -6,9 +6,11 @@ Each check is also shown to fail on what breaks it: the notebook myst-nb keeps i
 MyST the site used to offer), small notebooks with one role or fence, an archive without pyproject.toml.
 The build checked is `$COURSE_BUILD_DIR/_build/html`, built strictly first by the `built_book` fixture."""
 
+import copy
 import html
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -85,6 +87,65 @@ def test_no_downloaded_notebook_contains_a_myst_role_or_fence(built_book):
     assert not {page: found for page, found in left.items() if found}
 
 
+def offered_notebooks(page: Path) -> list[Path]:
+    """The notebooks a page of the site links to (its download menu, its run note, an exercise page's link),
+    as files of the built site."""
+    text = page.read_text(encoding="utf-8")
+    hrefs = {html.unescape(h).split("#")[0] for h in re.findall(r'href="([^"]+\.ipynb)(?:#[^"]*)?"', text)}
+    return sorted({(page.parent / h).resolve() for h in hrefs if not re.match(r"\w+://", h)})
+
+
+def test_every_notebook_link_of_the_site_serves_a_notebook_that_reads_like_its_page(built_book):
+    """Every link to a .ipynb on every page (not only the download menu's: the run note's "notebook" too) leads
+    to a notebook with no MyST left. The run note's link as it was (myst-nb's {nb-download}, which served the
+    executed notebook from _downloads/ with its MyST as typed) fails the same check."""
+    links = {page: offered_notebooks(page) for page in sorted(HTML.rglob("*.html"))}
+    chapter = HTML / f"{CHAPTER}.html"
+    assert len(links[chapter]) == 1 and links[chapter][0] == (HTML / "_sources" / f"{CHAPTER}.ipynb").resolve()
+    served = sorted({nb for found in links.values() for nb in found})
+    assert len(served) >= len(list(ROOT.glob("chapters/[0-9][0-9]-*/index.md"))) * 2  # pages and exercises
+    assert not [nb for nb in served if not nb.is_file()]
+    assert not {str(nb.relative_to(HTML.resolve())): left for nb in served
+                if (left := myst_left(nbformat.read(nb, as_version=4)))}
+    raw = EXECUTED / f"{CHAPTER}.ipynb"  # what {nb-download}`notebook <index.ipynb>` copied into _downloads/
+    assert len(myst_left(nbformat.read(raw, as_version=4))) >= 99
+
+
+def unexplained_relative_links(notebook) -> list[str]:
+    """Links of a downloaded notebook that lead nowhere beside it (relative links to the site's pages), unless
+    its first cell says that they are relative to the site."""
+    if notebook.cells and notebook.cells[0].source == downloads.RELATIVE_NOTE:
+        return []
+    found = []
+    for text in (c.source for c in notebook.cells if c.cell_type == "markdown"):
+        found += [link for link in re.findall(r"\]\(([^()\s]+)\)", without_code_blocks(text))
+                  if not re.match(r"(\w+://|#|attachment:|mailto:)", link)]
+    return found
+
+
+def test_a_downloaded_notebook_says_where_its_links_lead(built_book):
+    """Without the site's address (html.baseurl, not set here), the notebook's first cell says its links are
+    relative to the site; the notebook without that cell (as before) has links that lead nowhere beside it."""
+    downloaded = nbformat.read(HTML / "_sources" / f"{CHAPTER}.ipynb", as_version=4)
+    assert downloaded.cells[0].source == downloads.RELATIVE_NOTE and not unexplained_relative_links(downloaded)
+    downloaded.cells.pop(0)
+    assert len(unexplained_relative_links(downloaded)) >= 10
+
+
+def test_links_take_the_site_address_where_it_is_known():
+    page = "chapters/02-qkv-attention/index.html"
+    base = "https://course.example.org/transformer/"
+    assert downloads.site_address(page, "../03-worked-examples/index.html#sec-a", base) == \
+        "https://course.example.org/transformer/chapters/03-worked-examples/index.html#sec-a"
+    assert downloads.site_address(page, "../../_downloads/transformer-course.tar.gz", base) == \
+        "https://course.example.org/transformer/_downloads/transformer-course.tar.gz"
+    assert downloads.site_address(page, "../../_sources/chapters/02-qkv-attention/index.ipynb", base) == \
+        "https://course.example.org/transformer/_sources/chapters/02-qkv-attention/index.ipynb"
+    for kept in ("#sec-b", "https://arxiv.org/abs/1706.03762", "mailto:a@b.c"):
+        assert downloads.site_address(page, kept, base) == kept
+    assert downloads.site_address(page, "../03-worked-examples/index.html", "") == "../03-worked-examples/index.html"
+
+
 def test_the_myst_check_fails_on_the_raw_notebook_and_on_one_role_or_fence(built_book):
     raw = nbformat.read(EXECUTED / f"{CHAPTER}.ipynb", as_version=4)  # what the download menu offered before
     assert len([r for r in myst_left(raw) if r == "{glue:text}`"]) >= 99
@@ -158,7 +219,7 @@ def test_the_conversion_of_each_kind_of_myst():
     assert "> **Why**\n>\n> See [Section A](sec-a.html).\n>\n> ```python\n> print('{doc}`x`')\n> ```\n\nAfter." in text
     assert "> **Note**\n>\n> Plain $a^2$." in text
     assert "E = mc^2\n\\tag{9.2} $$" in text and "a comment" not in text
-    assert '<a id="fig-a"></a>\n\n![img](attachment:img.png)\n\n*Fig. 9.1: The 0.12 curve.*' in text
+    assert '<a id="fig-a"></a>\n\n![The 0.12 curve.](attachment:img.png)\n\n*Fig. 9.1: The 0.12 curve.*' in text
     assert out.cells[0].attachments == {"img.png": {"image/png": "iVBORw0KGgo="}}
     assert text.endswith("End `{doc}` and [(9.2)](#equation-kv).")
     assert [c.cell_type for c in out.cells] == ["markdown", "code"]
@@ -212,6 +273,39 @@ def test_the_site_offers_the_course_archive_and_it_installs(built_book, tmp_path
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+def last_commit_times(root: Path, names) -> dict[str, int]:
+    """Each file's date as `git log -1` gives it, one file at a time (for a file with changes not committed, its
+    modification time): what the appendix Build status shows for a page."""
+    dates = {}
+    for name in names:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", name], cwd=root, capture_output=True, text=True).stdout
+        when = subprocess.run(["git", "log", "-1", "--format=%ct", "--", name], cwd=root, capture_output=True, text=True).stdout
+        dates[name] = int((root / name).stat().st_mtime) if dirty.strip() or not when.strip() else int(when)
+    return dates
+
+
+def dated_before_their_change(archive: Path, root: Path) -> dict[str, tuple[int, int]]:
+    """The archive's files whose date is not when the file last changed (its commit): {name: (date, change)}."""
+    with tarfile.open(archive) as tar:
+        dates = {m.name.removeprefix(f"{downloads.ARCHIVE_ROOT}/"): int(m.mtime) for m in tar.getmembers()}
+    changed = last_commit_times(root, dates)
+    return {name: (date, changed[name]) for name, date in dates.items() if date != changed[name]}
+
+
+def test_every_archive_file_is_dated_by_its_last_change(built_book, tmp_path):
+    """Not 1970-01-01: a site built from the unpacked archive shows the same Build status dates. An archive
+    packed with every date 0 (as before) fails the same check."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("no git history in this copy")
+    assert not dated_before_their_change(ARCHIVE, ROOT)
+    with tarfile.open(ARCHIVE) as tar, tarfile.open(tmp_path / "epoch.tar.gz", "w:gz") as out:
+        for member in tar.getmembers():
+            data = tar.extractfile(member).read()
+            member.mtime = 0
+            out.addfile(member, io.BytesIO(data))
+    assert len(dated_before_their_change(tmp_path / "epoch.tar.gz", ROOT)) == len(downloads.course_files(ROOT))
+
+
 def test_the_install_check_fails_on_an_archive_that_lacks_a_needed_file(built_book, tmp_path):
     folder = unpack(ARCHIVE, tmp_path / "unpacked")
     (folder / "pyproject.toml").unlink()
@@ -223,7 +317,8 @@ def test_the_install_check_fails_on_an_archive_that_lacks_a_needed_file(built_bo
 
 def test_the_archive_is_the_same_bytes_for_the_same_files_and_packs_no_build(tmp_path):
     """Without git (a copy unpacked from the archive), the files outside build folders, environments, grading
-    runs and caches; times and owners do not change the bytes."""
+    runs and caches, each dated by its modification time; owners and the time of packing do not change the
+    bytes, a file's date does."""
     course = tmp_path / "course"
     for name, text in {"pyproject.toml": "[project]\n", "solutions/__init__.py": "", "autograder/grading/run.py": "x = 1\n",
                        "_build/html/index.html": "", ".venv/bin/python": "", "grading/run/results.json": "{}",
@@ -231,11 +326,72 @@ def test_the_archive_is_the_same_bytes_for_the_same_files_and_packs_no_build(tmp
         (course / name).parent.mkdir(parents=True, exist_ok=True)
         (course / name).write_text(text)
     assert downloads.course_files(course) == ["autograder/grading/run.py", "pyproject.toml", "solutions/__init__.py"]
-    downloads.write_archive(course, tmp_path / "one.tar.gz")
     for path in course.rglob("*"):
-        path.touch()
+        os.utime(path, (1_700_000_000, 1_700_000_000))
+    downloads.write_archive(course, tmp_path / "one.tar.gz")
     downloads.write_archive(course, tmp_path / "two.tar.gz")
     assert (tmp_path / "one.tar.gz").read_bytes() == (tmp_path / "two.tar.gz").read_bytes()
+    with tarfile.open(tmp_path / "one.tar.gz") as tar:
+        assert {m.mtime for m in tar.getmembers()} == {1_700_000_000}
+    os.utime(course / "pyproject.toml", (1_800_000_000, 1_800_000_000))
+    downloads.write_archive(course, tmp_path / "dated.tar.gz")
+    assert (tmp_path / "dated.tar.gz").read_bytes() != (tmp_path / "one.tar.gz").read_bytes()
     (course / "pyproject.toml").write_text("[project]\nname = 'changed'\n")
     downloads.write_archive(course, tmp_path / "three.tar.gz")
     assert (tmp_path / "three.tar.gz").read_bytes() != (tmp_path / "one.tar.gz").read_bytes()
+
+
+# --- a page run again from the archive ------------------------------------------------------------------------
+
+GLYPH_MISSING = re.compile(r"Glyph \d+ .*missing from font|findfont: Font family .* not found|no Chinese font was found")
+# The figure style as it was before issue 26: the site's cut font or nothing (matplotlib then draws boxes).
+OLD_STYLE_FONT = """    if fonts.OTF.is_file():
+        from matplotlib import font_manager
+
+        font_manager.fontManager.addfont(str(fonts.OTF))
+        mpl.rcParams["font.family"] = ["DejaVu Sans", fonts.FAMILY]
+"""
+CHINESE_PLOT = ("%matplotlib inline\nimport matplotlib.pyplot as plt\nfrom course.figures import use_course_style\n"
+                "use_course_style()\nfig, ax = plt.subplots()\nax.set_title('我 喜欢 苹果')\nplt.show()")
+
+
+def run_in(folder: Path, notebook, monkeypatch, cwd: Path) -> list[str]:
+    """Run a notebook top to bottom in a fresh kernel that imports the course from `folder` (an unpacked
+    archive, so the site's cut font is not there); return what its cells wrote to stderr."""
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("PYTHONPATH", str(folder))
+    monkeypatch.setenv("MPLCONFIGDIR", str(folder.parent / "mplconfig"))  # a fresh font cache, no earlier state
+    notebook = copy.deepcopy(notebook)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+    return ["".join(o.get("text", "")) for c in notebook.cells if c.cell_type == "code" for o in c.outputs
+            if o.get("name") == "stderr"]
+
+
+def test_a_page_run_from_the_archive_draws_its_chinese_with_an_installed_font(built_book, tmp_path, monkeypatch):
+    """Chapter 05's notebook, as the site serves it, run top to bottom in the unpacked archive (no cut font
+    there, only the installed Noto Sans CJK): no glyph is missing. A small page with the figure style as it was
+    (the cut font or nothing) warns that 我 is missing."""
+    from course import fonts
+
+    try:
+        fonts.find_source()
+    except FileNotFoundError:
+        pytest.skip(fonts.INSTALL_HINT)
+    folder = unpack(ARCHIVE, tmp_path / "unpacked")
+    assert not (folder / "_static" / "fonts" / "course-cjk.otf").exists()
+    chapter = "chapters/05-masks/index"
+    page = nbformat.read(HTML / "_sources" / f"{chapter}.ipynb", as_version=4)
+    assert any("use_course_style()" in c.source for c in page.cells) and "我" in json.dumps(page.cells, ensure_ascii=False)
+    stderr = run_in(folder, page, monkeypatch, folder / "chapters" / "05-masks")
+    assert not [line for line in stderr if GLYPH_MISSING.search(line)], stderr
+    plot = notebook(nbformat.v4.new_code_cell(CHINESE_PLOT))
+    assert not [t for t in run_in(folder, plot, monkeypatch, tmp_path) if GLYPH_MISSING.search(t)]
+    style = folder / "course" / "figures.py"
+    text = style.read_text(encoding="utf-8")
+    start, end = text.index("    found = chinese_font()\n"), text.index("    try:\n        from IPython")
+    style.write_text(text[:start] + OLD_STYLE_FONT + text[end:], encoding="utf-8")
+    assert [t for t in run_in(folder, plot, monkeypatch, tmp_path) if re.search(r"Glyph 25105 .*missing", t)]

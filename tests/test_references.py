@@ -182,13 +182,13 @@ FIXTURE_BIB = """\
 """
 
 
-def build_fixture(tmp_path: Path, key: str):
+def build_fixture(tmp_path: Path, key: str, bib: str = FIXTURE_BIB, text: str | None = None):
     book = tmp_path / "book"
     book.mkdir()
     (book / "_config.yml").write_text(FIXTURE_CONFIG)
     (book / "_toc.yml").write_text(FIXTURE_TOC)
-    (book / "refs.bib").write_text(FIXTURE_BIB)
-    (book / "index.md").write_text(f"# Fixture\n\nAs {{cite:t}}`{key}` showed, citations link.\n")
+    (book / "refs.bib").write_text(bib)
+    (book / "index.md").write_text(text or f"# Fixture\n\nAs {{cite:t}}`{key}` showed, citations link.\n")
     (book / "references.md").write_text("# References\n\n```{bibliography}\n```\n")
     jb = shutil.which("jupyter-book", path=str(Path(sys.executable).parent)) or shutil.which("jupyter-book")
     assert jb, "jupyter-book is not on PATH"
@@ -220,3 +220,85 @@ def test_the_site_lists_every_entry_with_its_link(built_book):
     for key, entry in bib.entries.items():
         link = entry.fields.get("url") or "https://doi.org/" + entry.fields["doi"]
         assert f'href="{link}"' in html, f"{key}: {link} is not linked on the References page"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Citation labels: what the text says is what the list says.
+
+LABEL_BIB = FIXTURE_BIB + """
+@misc{docs_a, author = {{PyTorch contributors}}, title = {torch.nn.MultiheadAttention}, year = {2026},
+  url = {https://pytorch.org/docs/stable/generated/torch.nn.MultiheadAttention.html}}
+@misc{docs_b, author = {{PyTorch contributors}}, title = {torch.nn.LayerNorm}, year = {2026},
+  url = {https://pytorch.org/docs/stable/generated/torch.nn.LayerNorm.html}}
+@misc{two_and_others, author = {Vaswani, Ashish and others}, title = {Big Bird and {Tensor2Tensor}}, year = {2018},
+  url = {https://arxiv.org/abs/1803.07416}}
+"""
+LABEL_PAGE = """# Fixture
+
+Parenthetical {cite:p}`docs_a,docs_b`, textual {cite:t}`docs_b`, {cite:t}`two_and_others` and
+{cite:p}`two_and_others`, {cite:p}`known2020`.
+"""
+
+
+def text_of(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html))
+
+
+def citations(html: str) -> list[str]:
+    """The citations in a page's text, one per cited entry, as the reader sees them: "(A, 2026a; B, 2020)"
+    gives "A, 2026a" and "B, 2020", a textual "A (2026a)" gives itself."""
+    found = []
+    for span in re.findall(r'<span class="bibtex-citation"[^>]*>(.*?)</span>', html, re.S):
+        text = text_of(span).strip()
+        found += text[1:-1].split("; ") if text.startswith("(") and text.endswith(")") else [text]
+    return found
+
+
+def list_labels(references_html: str) -> list[str]:
+    """The labels of the References page's entries."""
+    return [text_of(t) for t in re.findall(r'<span class="label"><span class="fn-bracket">\[</span>(.*?)'
+                                           r'<span class="fn-bracket">\]</span></span>', references_html, re.S)]
+
+
+def labels_not_in_list(cited: list[str], labels: list[str]) -> list[str]:
+    """In-text citations that are not a label of the list: parenthetical ones are the label, textual ones
+    "authors (year)" with the label's two parts."""
+    as_labels = [re.sub(r"^(.*) \((.*)\)$", r"\1, \2", c) for c in cited]
+    return [c for c, label in zip(cited, as_labels) if label not in labels]
+
+
+def test_citations_in_the_text_are_the_labels_of_the_list(tmp_path):
+    """Two entries with the same authors and year are 2026a and 2026b in the text too; "Vaswani and others"
+    reads "Vaswani et al." as in the list; titles keep their capitals ("Big Bird", "MultiheadAttention").
+    sphinxcontrib-bibtex's own author-year style (author and year read apart) fails the same check."""
+    result, book = build_fixture(tmp_path, "", bib=LABEL_BIB, text=LABEL_PAGE)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    html = book / "_build" / "html"
+    references = (html / "references.html").read_text(encoding="utf-8")
+    cited, labels = citations((html / "index.html").read_text(encoding="utf-8")), list_labels(references)
+    # sorted by author, year and title: LayerNorm (docs_b) before MultiheadAttention (docs_a)
+    assert sorted(labels) == ["Doe et al., 2020", "PyTorch contributors, 2026a", "PyTorch contributors, 2026b",
+                              "Vaswani et al., 2018"]
+    assert cited == ["PyTorch contributors, 2026a", "PyTorch contributors, 2026b", "PyTorch contributors (2026a)",
+                     "Vaswani et al. (2018)", "Vaswani et al., 2018", "Doe et al., 2020"]
+    assert not labels_not_in_list(cited, labels)
+    assert "torch.nn.MultiheadAttention" in text_of(references) and "Big Bird and Tensor2Tensor" in text_of(references)
+    # what sphinxcontrib-bibtex's author-year style wrote in the text, against the same list
+    old = ["PyTorch contributors, 2026", "PyTorch contributors, 2026", "PyTorch contributors (2026)",
+           "Vaswani and others (2018)", "Vaswani and others, 2018", "Doe et al., 2020"]
+    assert labels_not_in_list(old, labels) == old[:5]
+
+
+def test_every_citation_on_the_site_is_a_label_of_the_references_page(built_book):
+    html = BUILD_DIR / "_build" / "html"
+    references = (html / "chapters" / "references.html").read_text(encoding="utf-8")
+    labels = list_labels(references)
+    assert len(labels) == len(set(labels)) == len(parse_file(str(BIB)).entries)
+    assert "Big Bird" in text_of(references) and "Torch.nn" not in text_of(references)
+    wrong, count = {}, 0
+    for page in sorted(html.rglob("*.html")):
+        cited = citations(page.read_text(encoding="utf-8"))
+        count += len(cited)
+        if found := labels_not_in_list(cited, labels):
+            wrong[str(page.relative_to(html))] = found
+    assert count > 50 and not wrong

@@ -34,7 +34,7 @@ import pytest
 from fontTools.ttLib import TTFont
 from PIL import Image
 
-from conftest import BUILD_DIR, ROOT
+from conftest import BUILD_DIR, CLASS_HTML, ROOT
 from test_book import toc_files
 from course.figures import MAX_SHRINK, MIN_TEXT_KEY
 
@@ -302,6 +302,31 @@ def test_every_page_as_readers_meet_it(site, browser, served_chars):
     for page in pages:
         for width, rules in check(browser, server.url + page, served_chars).items():
             found += [f"{page} @ {width}: [{rule}] {m}" for rule, messages in rules.items() for m in messages]
+    assert not found, "\n".join(found)
+
+
+@needs_browser
+def test_the_class_edition_as_readers_meet_it(class_book, browser, served_chars, tmp_path_factory):
+    """The class edition (tests/test_class_edition.py) is the full site but for what it says about running pages
+    and its archive: every page whose HTML differs from the full edition's, and its search page, is opened under
+    the same rules (the others are the full edition's pages, checked above)."""
+    pages = [f"{f}.html" for f in toc_files()]
+
+    def page(html_dir: Path, name: str) -> str:
+        """A page less the ?v= checksums Sphinx adds to the links of static files that existed when it wrote it."""
+        return re.sub(r"\?v=[0-9a-f]+", "", (html_dir / name).read_text(encoding="utf-8"))
+
+    differing = [p for p in pages if page(CLASS_HTML, p) != page(HTML, p)]
+    chapters = [p for p in pages if re.fullmatch(r"chapters/\d\d-[^/]+/index\.html", p)]
+    assert set(chapters) | {"intro.html"} <= set(differing), differing  # their run notes and the introduction
+    served = Site(CLASS_HTML, tmp_path_factory.mktemp("class-fixtures"))
+    try:
+        found = []
+        for page in differing + ["search.html"]:
+            for width, rules in check(browser, served.url + page, served_chars).items():
+                found += [f"{page} @ {width}: [{rule}] {m}" for rule, messages in rules.items() for m in messages]
+    finally:
+        served.close()
     assert not found, "\n".join(found)
 
 
