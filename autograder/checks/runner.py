@@ -609,9 +609,6 @@ def _dispatch_keys(qualified):
 def _block_exec():
     """A seccomp filter in this process (and every process it forks): execve and execveat fail with EPERM, so no
     fresh interpreter without the guard can be started. Returns whether it holds (Linux x86-64, i386, arm64, arm)."""
-    import ctypes
-    import struct
-
     blocked = {
         0xC000003E: (59, 322, 0x40000000 | 520, 0x40000000 | 545),  # x86-64 (and its x32 numbers)
         0x40000003: (11, 358),  # i386
@@ -636,18 +633,7 @@ def _block_exec():
     program.append((RET_K, 0, 0, ALLOW))
     for _, block in blocks:
         program += block
-    raw = b"".join(struct.pack("HBBI", *ins) for ins in program)
-    buffer = ctypes.create_string_buffer(raw)
-
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    prog = Program(len(program), ctypes.addressof(buffer))
-    libc = ctypes.CDLL(None, use_errno=True)
-    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
-    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        return False
-    return libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0
+    return _install_filter(program)
 
 
 # The walls: system calls a notebook never needs that reach what other sandboxes share, refused in every graded
