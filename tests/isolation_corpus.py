@@ -16,6 +16,7 @@ the blank score (0), and the grader's memory stays under MEMORY_BOUND.
 import nbformat
 
 from autograder.authoring import demo
+from test_grading_safety import add_cell
 
 CHAPTER = "06-positional-encoding"
 FULL = 14.0
@@ -313,13 +314,6 @@ USE_PLANTED = '''from course_planted import {name}
 '''
 
 
-def _add_cell(nb, source, after):
-    cell = nbformat.v4.new_code_cell(source)
-    index = 1 + next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == after)
-    nb.cells.insert(index, cell)
-    return nb
-
-
 def reference():
     return demo.filled_submission(CHAPTER)
 
@@ -332,7 +326,7 @@ def attacker(source):
 
 
 def victim(name):
-    return _add_cell(reference(), f"print('my secret is', {SECRET + name!r})", after="imports")
+    return add_cell(reference(), f"print('my secret is', {SECRET + name!r})", after="imports")
 
 
 def snoop():
@@ -364,7 +358,7 @@ for fd in _pipes():
         pass
 print("SNOOP FOUND:", found or "nothing")
 '''
-    return _add_cell(reference(), source, after="imports")
+    return add_cell(reference(), source, after="imports")
 
 
 def accomplice():
@@ -373,7 +367,7 @@ def accomplice():
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("solution"):
             cell.source = USE_PLANTED.format(name=cell.metadata["nbgrader"]["grade_id"])
-    return _add_cell(nb, LOADER, after="imports")
+    return add_cell(nb, LOADER, after="imports")
 
 
 def class_folder(root, attacks=None, victims=("m-victim-1", "m-victim-2")):
@@ -599,4 +593,4 @@ def table_notebook(table):
                 cell.source = f"def {name}(*args, **kwargs):\n    return _lookup({name!r}, args, kwargs)\n"
             else:
                 cell.source = "raise NotImplementedError('not done')\n"
-    return _add_cell(nb, LOOKUP.replace("TABLE_JSON", repr(json.dumps(table))), after="imports")
+    return add_cell(nb, LOOKUP.replace("TABLE_JSON", repr(json.dumps(table))), after="imports")

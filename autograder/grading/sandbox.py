@@ -504,7 +504,7 @@ def watch(lines, limits: Limits, group, start: float, exit_code) -> Outcome:
     ("eof", None)) until its end, a time limit, too much output or its death; `exit_code()` ends what is left and
     says how the process ended (None if unknown)."""
     records, running, cell_started = [], None, start
-    status, detail, received = "died", "", 0
+    status, detail = "died", ""
     while True:
         now = time.perf_counter()
         deadline = min(cell_started + limits.cell_seconds if running is not None else float("inf"), start + limits.notebook_seconds)
@@ -515,9 +515,7 @@ def watch(lines, limits: Limits, group, start: float, exit_code) -> Outcome:
             over_notebook = time.perf_counter() >= start + limits.notebook_seconds
             detail = f"the notebook ran past its time limit ({limits.notebook_seconds:g} s)" if over_notebook else f"a cell ran past the time limit ({limits.cell_seconds:g} s)"
             break
-        if kind == "line":
-            received += len(raw)
-        if kind == "overflow" or received > limits.report_bytes:
+        if kind == "overflow":  # the reader counts every byte (read_reports)
             status, detail = "report_limit", f"the code printed or returned more than {limits.report_bytes // 2**20} MiB"
             break
         if kind == "eof":

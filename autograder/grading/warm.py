@@ -160,10 +160,11 @@ class Template:
             record, or when the channel closed), or None: after a time limit or a flood, or a child that does not end,
             the whole template is ended, as a cold run's sandbox would be."""
             if not watched.stopped_early:
-                message = self._message(time.monotonic() + EXIT_TIMEOUT_S)
-                if message is not None and message.get("event") == "exit" and message.get("job") == name:
-                    ended["status"] = message.get("status")
+                try:
+                    ended["status"] = self._expect("exit", name, EXIT_TIMEOUT_S).get("status")
                     return ended["status"]
+                except TemplateGone:
+                    pass
             self.close()
             return None
 
