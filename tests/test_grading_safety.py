@@ -9,6 +9,7 @@ grading equal to serial, and feedback that does not leak the hidden checks.
 
 import json
 import os
+import queue
 import signal
 import socket
 import sqlite3
@@ -530,8 +531,10 @@ def test_a_memory_group_bounds_the_processes_of_a_notebook_together():
     try:
         assert _fill_in_children(small, 4, 100) >= 1, "4 x 100 MiB in a 256 MiB group: the kernel must stop some"
         assert small.oom_kills() >= 1
+        assert small.was_full(), "the group whose processes were stopped says it was full"
         assert _fill_in_children(large, 4, 100) == 0, "4 x 100 MiB in a 1 GiB group: nothing to stop"
         assert large.oom_kills() == 0
+        assert not large.was_full(), "a group never full says so"
     finally:
         small.close()
         large.close()
@@ -728,3 +731,31 @@ def test_module_cheats_are_told_why(module_batch):
     rows = module_batch["rows"]
     assert "not the weights it was given" in rows["patch-load-state-dict"]["MultiHeadAttention_hidden"]["message"]
     assert "my_weights.pt" in rows["weights-from-a-file"]["MultiHeadAttention_hidden"]["message"]
+
+
+class _FakeGroup:
+    """Stands in for a MemoryGroup in the watchdog's test: how full it was and how many it stopped."""
+    limit = 2 * 2**30
+
+    def __init__(self, was_full, oom_kills):
+        self._full, self._kills = was_full, oom_kills
+
+    def was_full(self):
+        return self._full
+
+    def oom_kills(self):
+        return self._kills
+
+
+@pytest.mark.parametrize("was_full, oom_kills, says_memory", [(False, 0, False), (True, 0, True), (True, 2, True)])
+def test_a_cell_that_times_out_at_its_memory_limit_is_told_so(was_full, oom_kills, says_memory):
+    """A cell whose processes press against the memory group's limit crawls while the kernel reclaims memory and
+    may run past the cell limit before anything is stopped: the learner is told both, not only the time."""
+    records = queue.Queue()
+    records.put(("line", json.dumps({"event": "start", "cell": 3}).encode()))  # then silence: the cell hangs
+    limits = sandbox.Limits(cell_seconds=0.2, notebook_seconds=30)
+    outcome = sandbox.watch(records, limits, _FakeGroup(was_full, oom_kills), time.perf_counter(), exit_code=lambda: -9)
+    assert outcome.status == "timeout" and outcome.cell == 3, outcome
+    assert "a cell ran past the time limit (0.2 s)" in outcome.detail, outcome.detail
+    assert ("went over their memory limit (2 GiB)" in outcome.detail) == says_memory, outcome.detail
+    assert ("stopped 2 of them" in outcome.detail) == bool(oom_kills), outcome.detail

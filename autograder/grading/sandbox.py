@@ -17,6 +17,7 @@ Without bubblewrap the grader refuses to run learner code unless told `--allow-u
 says so loudly in its output, the summary and last_run.json.
 """
 
+import contextlib
 import itertools
 import json
 import os
@@ -135,6 +136,9 @@ class MemoryGroup:
                 (path / "memory.limit_in_bytes").write_text(str(limit))
                 if (path / "memory.memsw.limit_in_bytes").exists():
                     (path / "memory.memsw.limit_in_bytes").write_text(str(limit))
+                else:  # no swap accounting (swapaccount=0): the group may still not swap (v1: swappiness 0 means none)
+                    with contextlib.suppress(OSError):  # best effort: the limit above is what matters
+                        (path / "memory.swappiness").write_text("0")
             else:
                 (path / "memory.max").write_text(str(limit))
                 if (path / "memory.swap.max").exists():
@@ -169,6 +173,22 @@ class MemoryGroup:
         except (OSError, ValueError):
             pass
         return 0
+
+    def was_full(self) -> bool:
+        """Whether the group's processes together reached its limit (then the kernel reclaims memory, slowly, and
+        at last stops one of them); False without a group. v1: the peak usage reached the limit (this kernel
+        family may leave failcnt at 0); v2: the "max" or "oom_kill" events."""
+        if self.path is None:
+            return False
+        try:
+            if self.version == 1:
+                peak = max(int((self.path / name).read_text()) for name in ("memory.max_usage_in_bytes", "memory.memsw.max_usage_in_bytes")
+                           if (self.path / name).exists())
+                return peak >= self.limit or self.oom_kills() > 0
+            events = dict(line.split(" ", 1) for line in (self.path / "memory.events").read_text().splitlines())
+            return int(events.get("max", 0)) > 0 or int(events.get("oom_kill", 0)) > 0
+        except (OSError, ValueError):
+            return False
 
     def close(self) -> None:
         """Stop whatever still runs in the group and remove it (bounded: about 10 s at most)."""
@@ -533,6 +553,9 @@ def watch(lines, limits: Limits, group, start: float, exit_code) -> Outcome:
             break
     code = exit_code()
     oom_kills = group.oom_kills()
+    if status == "timeout" and (oom_kills or group.was_full()):  # a group at its limit slows to a crawl first
+        detail += (f"; the notebook's processes together went over their memory limit ({group.limit / 2**30:g} GiB)"
+                   + (f" and the kernel stopped {oom_kills} of them" if oom_kills else ", which slows them while the kernel reclaims memory"))
     if status == "died":
         detail = _death(code) if code is not None else "the code's process ended before the end"
         if oom_kills:
