@@ -10,7 +10,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export MPLBACKEND := Agg
 
-.PHONY: book class-book test notebooks grade-demo bench clean lock sandbox-tools test-tools font-tools font
+.PHONY: book class-book test notebooks grade-demo bench clean lock sandbox-tools test-tools font-tools font gpu-bundle gpu-check
 
 # The course is installed into the venv in editable mode (pyproject.toml): `solutions`, `autograder` and `course`
 # import from anywhere, so neither the book build nor a downloaded page needs PYTHONPATH.
@@ -100,6 +100,15 @@ grade-demo: $(VENV)/.installed sandbox-tools
 # on the same 36 submissions, four of each chapter (scripts/bench_grading.py).
 bench: $(VENV)/.installed sandbox-tools
 	$(BIN)/python scripts/bench_grading.py -n 36 --no-pool --no-one-worker
+
+# The prepared GPU check (scripts/gpu_check.py; guides/instructors.md, "Grading on a GPU"). gpu-bundle runs here,
+# with a package index, and writes .gpu-bundle/ (about 40 MiB, ignored by git, carried to the GPU machine);
+# gpu-check runs there with the machine's own python3 and torch (no venv, no index).
+gpu-bundle: $(VENV)/.installed
+	$(BIN)/python scripts/gpu_check.py --make-bundle .gpu-bundle
+
+gpu-check:
+	python3 scripts/gpu_check.py --report gpu-check-report.md
 
 clean:
 	rm -rf _build grading

@@ -25,15 +25,26 @@ from autograder import registry
 from autograder.authoring import demo
 
 
-def write_corpus(folder: Path) -> int:
+def write_corpus(folder: Path, chapters=None, cheats: bool = False, sample: int | None = None) -> int:
+    """Write the corpus (of `chapters`, default all) into `folder`; with `cheats`, also the grading-safety cheat
+    corpus of tests/test_grading_safety.py (its chapter's notebooks that try to earn what their code does not);
+    with `sample`, only the first `sample` catalogued wrong and valid answers of each chapter."""
     notebooks = {}
-    for chapter in registry.graded_chapters():
+    for chapter in chapters or registry.graded_chapters():
         notebooks[("reference", chapter)] = demo.filled_submission(chapter)
         notebooks[("blank", chapter)] = nbformat.read(registry.student_notebook(chapter), as_version=4)
-        for name in demo.catalogue(chapter):
+        for name in list(demo.catalogue(chapter))[:sample]:
             notebooks[(f"{chapter[:2]}-{name}", chapter)] = demo.filled_submission(chapter, [name])
-        for name in demo.valid_answers(chapter):
+        for name in list(demo.valid_answers(chapter))[:sample]:
             notebooks[(f"{chapter[:2]}-valid-{name}", chapter)] = demo.filled_submission(chapter, valid=[name])
+    if cheats:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        import test_grading_safety as safety
+
+        # the listener port: one nothing listens on (a cheat that reaches the network is refused either way)
+        for student, (nb, _) in safety.cheat_corpus(folder, port=9).items():
+            if isinstance(nb, nbformat.NotebookNode):
+                notebooks[(f"cheat-{student}", safety.CHAPTER)] = nb
     for (student, chapter), nb in notebooks.items():
         path = folder / student / chapter / "exercises.ipynb"
         path.parent.mkdir(parents=True)
