@@ -51,3 +51,24 @@ def test_a_cuda_run_whose_sandbox_cannot_use_cuda_stops_before_grading(tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "CUDA does not work in the grading sandbox" in done.stderr and "Nothing was graded" in done.stderr, done.stderr
     assert not (workdir / "summary.csv").exists() and not (workdir / "grades.csv").exists()
+
+
+
+@needs_sandbox
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: its sandbox can use CUDA")
+def test_a_worker_host_whose_sandbox_cannot_use_cuda_gives_its_cuda_jobs_back(tmp_path, monkeypatch):
+    """On a Dask grading host the same pre-flight as a local cuda run, once per host: a cuda job there raises
+    HostCannotGrade (Dask retries it elsewhere, the coordinator retires the host) instead of grading to 0."""
+    from autograder.grading import cluster
+    from autograder.results import Settings
+
+    checks = []
+    real = sandbox.gpu_check
+    monkeypatch.setattr(sandbox, "gpu_check", lambda *a, **k: checks.append(a) or real(*a, **k))
+    monkeypatch.setattr(cluster, "_cuda_checked", {})
+    settings = Settings(str(tmp_path), 1, "cuda", sandbox.mode(), sandbox.Limits(gpu=True))
+    job = cluster.Job("alice", "02-qkv-attention", b"{}", 2, b"", b"", settings, cluster.code_version())
+    for _ in range(2):
+        with pytest.raises(cluster.HostCannotGrade, match="CUDA does not work in its grading sandbox .*no CUDA device"):
+            cluster.run_job(job)
+    assert len(checks) == 1, "the host is checked once, not once per notebook"

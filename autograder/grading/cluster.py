@@ -122,6 +122,21 @@ def _host_sandbox() -> str:
     return sandbox.mode()
 
 
+_cuda_checked: dict = {}
+
+
+def _host_cuda(sandbox_mode: str, device: str, limits) -> str | None:
+    """Why CUDA does not work in this host's sandbox (None when it does): the pre-flight a local cuda run makes
+    before grading, made once per worker host (and per sandbox, device and limits), so that a GPU host whose
+    driver or device nodes are broken gives its jobs back instead of giving every learner 0."""
+    from autograder.grading import sandbox
+
+    key = (sandbox_mode, device, repr(limits))
+    if key not in _cuda_checked:
+        _cuda_checked[key] = sandbox.gpu_check(sandbox_mode, limits, device)
+    return _cuda_checked[key]
+
+
 def make_job(workdir: Path, sub, settings, chapter_files: dict) -> Job:
     """The job for one submission (intake.Submission); `chapter_files` caches each chapter's notebooks."""
     from autograder.grading.notebook import MAX_FILE_BYTES
@@ -163,6 +178,11 @@ def run_job(job: Job):
     if mode == "none" and settings.sandbox_mode != "none":
         raise HostCannotGrade(f"worker host {host} has no sandbox (bubblewrap missing or unable to create namespaces): "
                               "install bubblewrap there (apt install bubblewrap), then restart its dask worker", address)
+    if settings.device.startswith("cuda"):
+        why = _host_cuda(settings.sandbox_mode, settings.device, settings.limits)
+        if why:
+            raise HostCannotGrade(f"worker host {host}: CUDA does not work in its grading sandbox ({why}): fix its GPU "
+                                  "setup (guides/instructors.md, \"Grading on a GPU\"), then restart its dask worker", address)
     try:
         scratch = tempfile.TemporaryDirectory(prefix="course-grade-")
     except OSError as exc:
