@@ -22,3 +22,12 @@ The package, in rooms (an arrow only points down or sideways to a room below; no
 A chapter's exercises: autograder/source/<id>/ (exercises.md, the instructor source; answers.py, its test data),
 autograder/checks/chNN_*.py (hidden checks and mistake catalogue), solutions/chNN_*.py (the reference).
 """
+
+import sys
+
+# nbformat validates notebooks with jsonschema, which imports rfc3987_syntax where it is installed (jupyter's
+# event schemas pull it in) to offer an "iri" format check that no notebook schema uses; that import compiles
+# a grammar, about 1.5 s in every process that imports nbformat (each grading command, each of its workers).
+# Marked absent, jsonschema leaves that one format unchecked and validates everything else as before.
+sys.modules.setdefault("rfc3987_syntax", None)
+

@@ -455,3 +455,23 @@ def test_an_unreachable_scheduler_stops_with_a_clear_message(tmp_path):
                         "--scheduler", f"tcp://127.0.0.1:{_free_port()}")
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert "cannot reach the Dask scheduler" in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+def test_the_gradebook_is_stamped_with_the_revision_nbgrader_itself_reads(tmp_path):
+    """nbgrader stamps a new gradebook with `alembic heads` run in a subprocess; the grader reads the same head in
+    process (config.alembic_head_in_process, 3 s faster per new gradebook): both must name the same revision,
+    and a gradebook made through the grader's nbgrader API carries it."""
+    import subprocess
+    import sqlite3
+
+    from nbgrader import api as nbapi
+
+    from autograder.config import alembic_head_in_process, nbgrader_api
+
+    with nbapi._temp_alembic_ini("sqlite:////tmp/gradebook.db") as ini:
+        heads = subprocess.run([str(Path(sys.executable).parent / "alembic"), "-c", ini, "heads"], capture_output=True, text=True, check=True).stdout
+    head = heads.split("\n")[0].split(" ")[0]
+    assert len(head) == 12 and alembic_head_in_process() == head, (heads, alembic_head_in_process())
+    nbgrader_api(tmp_path).gradebook.close()
+    with sqlite3.connect(tmp_path / "gradebook.db") as db:
+        assert db.execute("select version_num from alembic_version").fetchall() == [(head,)]
