@@ -37,6 +37,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import uuid
 import warnings
@@ -333,6 +334,48 @@ def _knock(address: str):
         socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
 
 
+def warm_up(limits) -> str:
+    """On a worker: start its warm template before its first notebook (the host's own sandbox, as run_job uses)."""
+    from autograder.grading import warm
+
+    return warm.prestart(_host_sandbox(), limits)
+
+
+class EarlyStart:
+    """The embedded cluster started in a thread, with each worker's warm template, while the grader prepares the
+    run (nbgrader's release of the chapters, a few seconds per run): `grading()` waits for it; `close()` stops it.
+    On two cores the preparation and the workers' start (Python, torch, the template) overlap."""
+
+    def __init__(self, workers, settings, out=sys.stdout):
+        self._context = connect(None, workers, settings.device, out)
+        self._grading, self._error = None, None
+        self._thread = threading.Thread(target=self._start, args=(settings,), name="course-early-start", daemon=True)
+        self._thread.start()
+
+    def _start(self, settings):
+        try:
+            self._grading = self._context.__enter__()
+            if settings.sandbox_mode != "none" and not settings.device.startswith("cuda"):
+                addresses = list(self._grading.workers())
+                futures = [self._grading.client.submit(warm_up, settings.limits, workers=[address], pure=False,
+                                                       key=f"warm-up-{uuid.uuid4().hex[:8]}") for address in addresses]
+                self._grading.client.gather(futures, errors="skip")  # a template that cannot start: its jobs run cold
+        except BaseException as exc:  # said when the grader asks for the cluster
+            self._error = exc
+
+    def grading(self) -> "Grading":
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._grading
+
+    def close(self):
+        self._thread.join()
+        if self._grading is not None:
+            self._context.__exit__(None, None, None)
+            self._grading = None
+
+
 class Grading:
     """A connected client: how many jobs may run at once, and submitting one."""
 
@@ -380,18 +423,44 @@ def _failure(job: Job, exc: BaseException | None, lost=False):
     return Result(job.student, job.chapter, "error", error=text, seed=job.settings.seed, device=job.settings.device)
 
 
+def _grade_here(sub, settings, workdir: Path, before_submit, started, out):
+    """One notebook on one machine, graded by this process with the run_job a worker runs (the same sandbox, warm
+    template and judge): a cluster's start (a scheduler, worker processes importing torch: seconds) brings nothing to
+    a single job, such as the rerun of one student with --only."""
+    print("Grading in this process (one notebook: no cluster is started).", file=out, flush=True)
+    if before_submit is not None:
+        before_submit(sub)
+    job = make_job(workdir, sub, settings, {})
+    if started is not None:
+        started()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # as on a worker (_worker_setup): the learner's warnings stay out of the output
+            result, files = run_job(job)
+    except HostCannotGrade as exc:
+        yield sub, _failure(job, exc)
+        return
+    write_outputs(workdir, job, files)
+    yield sub, result
+
+
 def grade_all(subs, settings, workdir: Path, *, scheduler=None, workers=None, stop=lambda: False, before_submit=None,
-              started=None, out=sys.stdout):
+              started=None, out=sys.stdout, early: EarlyStart | None = None):
     """Grade the submissions (intake.Submission) on Dask; yield (submission, Result) as each one finishes,
     after its autograded notebook and feedback are in the working directory.
 
     At most as many jobs are handed out as the workers can run at once, so every job handed out is being
     graded: when `stop()` turns true (Ctrl-C), nothing more is handed out and the jobs in progress finish.
-    `before_submit(sub)` runs just before a job is handed out, `started()` once, after the first ones."""
+    `before_submit(sub)` runs just before a job is handed out, `started()` once, after the first ones. With `early`
+    (the embedded cluster started beforehand), its cluster is used and left for the caller to close."""
     workdir = Path(workdir)
+    subs = list(subs)
+    if scheduler is None and early is None and len(subs) == 1:
+        yield from _grade_here(subs[0], settings, workdir, before_submit, started, out)
+        return
     chapter_files = {}
     host_failures, retired = {}, set()
-    with connect(scheduler, workers, settings.device, out) as grading:
+    with contextlib.nullcontext(early.grading()) if early else connect(scheduler, workers, settings.device, out) as grading:
         print(f"Grading on the {grading.describe()}.", file=out, flush=True)
         todo = list(subs)
         pending = {}  # future key -> (future, submission, job)

@@ -269,11 +269,19 @@ def _grade(submissions: Path, workdir: Path, options: GradeOptions, out) -> Outc
     settings, workers = _settings(workdir, options, found, mode)
     _check_sandbox(found, settings)
     _announce_run(submissions, found, settings, workers, options, out)
-    api = nbgrader_api(workdir, options.cell_timeout, found.settings_file, found.db_url)
-    releases = _release(workdir, found.selected, api)
-    changes = Changes(workdir, releases)
-    done, todo = _already_graded(workdir, found, options, settings, releases, changes, out)
-    results, unsaved, reviews, interrupted, elapsed = _grade_jobs(workdir, found, todo, done, settings, workers, releases, options, changes, out)
+    # The embedded cluster and its workers' templates start while the chapters are released (one core each); one
+    # notebook is graded by this process itself (cluster.grade_all).
+    early = cluster.EarlyStart(workers, settings, out) if len(found.selected) > 1 and not options.scheduler else None
+    try:
+        api = nbgrader_api(workdir, options.cell_timeout, found.settings_file, found.db_url)
+        releases = _release(workdir, found.selected, api)
+        changes = Changes(workdir, releases)
+        done, todo = _already_graded(workdir, found, options, settings, releases, changes, out)
+        results, unsaved, reviews, interrupted, elapsed = _grade_jobs(workdir, found, todo, done, settings, workers, releases, options,
+                                                                      changes, out, early)
+    finally:
+        if early is not None:
+            early.close()
     return _finish(workdir, found, results, done, unsaved, reviews, interrupted, elapsed, settings, workers, api, options, changes, out)
 
 
@@ -527,7 +535,8 @@ def _keep_time_of(sub, intake_record: dict, workdir: Path):
         stamp.write_text(sub.timestamp.isoformat(sep=" ") + "\n", encoding="utf-8")
 
 
-def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, workers, releases, options: GradeOptions, changes, out):
+def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, workers, releases, options: GradeOptions, changes, out,
+                early=None):
     """Grade the notebooks on the cluster; save each result at once and record it in the gradebook (this process is
     its one writer). Returns (results, unsaved, reviews, interrupted, seconds); the gradebook stays open for _finish."""
     gradebook = _connect(found.db_url, workdir)
@@ -548,7 +557,7 @@ def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, wo
     try:
         if todo:
             jobs = cluster.grade_all(todo, settings, workdir, scheduler=options.scheduler, workers=workers, stop=lambda: bool(interrupted),
-                                     before_submit=lambda sub: _copy_submitted(workdir, sub), started=announce, out=out)
+                                     before_submit=lambda sub: _copy_submitted(workdir, sub), started=announce, out=out, early=early)
             with contextlib.closing(jobs):
                 for sub, result in jobs:
                     sha = _sha256(sub.path)

@@ -253,8 +253,8 @@ def _host_pid(pid, pidns) -> int | None:
     return None
 
 
-def run(job_dir: Path, sandbox_mode: str, limits) -> tuple[sandbox.Outcome | None, str]:
-    """Run a job in this worker's template: (outcome, "warm"), or (None, why) when it must be run cold."""
+def _template(sandbox_mode: str, limits) -> tuple[Template | None, str | None]:
+    """This worker thread's template for these settings, started if needed: (template, None) or (None, why not)."""
     why = cold_reason(sandbox_mode, limits)
     if why:
         return None, why
@@ -270,6 +270,22 @@ def run(job_dir: Path, sandbox_mode: str, limits) -> tuple[sandbox.Outcome | Non
             _cold_reasons[_key(sandbox_mode, limits)] = why
             return None, why
         _templates[me] = template
+    return template, None
+
+
+def prestart(sandbox_mode: str, limits) -> str:
+    """Start this worker thread's template before its first notebook (while the grader still prepares the run):
+    "warm", or why its notebooks will run cold."""
+    template, why = _template(sandbox_mode, limits)
+    return "warm" if template is not None else why
+
+
+def run(job_dir: Path, sandbox_mode: str, limits) -> tuple[sandbox.Outcome | None, str]:
+    """Run a job in this worker's template: (outcome, "warm"), or (None, why) when it must be run cold."""
+    template, why = _template(sandbox_mode, limits)
+    if template is None:
+        return None, why
+    me = threading.get_native_id()
     try:
         return template.run(job_dir), "warm"
     except TemplateGone as exc:
