@@ -1,4 +1,5 @@
-"""python -m autograder {build,grade,report,formgrader} — see the guide for instructors (guides/instructors.md).
+"""python -m autograder {build,grade,report,formgrader,check} — see the guide for instructors (guides/instructors.md);
+`check` is for learners (guides/learners.md).
 
 Exit status of `grade` and `report` (the table in the README, "Exit statuses"): 0 every submission was graded;
 1 the run finished but some submissions were skipped or could not be graded (each has its status in summary.csv,
@@ -80,6 +81,18 @@ def main(argv=None):
     r.add_argument("--course-config", type=Path, default=None, help="as for grade")
     r.add_argument("--db", metavar="URL", default=None, help="as for grade")
 
+    c = sub.add_parser("check", help="run the grader's hidden checks on your own notebook, without the sandbox (for learners)",
+                       description="Run exactly the grader's hidden checks on one notebook, on fresh inputs, and print each "
+                                   "exercise's verdict, points and feedback. Your code runs in a plain subprocess (no sandbox); "
+                                   "the real grade runs the same checks in the sandbox. See guides/learners.md.",
+                       epilog="exit status: 0 the checks ran (whatever the score); 2 the notebook could not be checked (one line says why)")
+    c.add_argument("notebook", type=Path, help="your exercises.ipynb (saved)")
+    c.add_argument("--seed", type=int, default=None, help="seed of the hidden inputs (default: a fresh random one, printed; pass it to repeat them)")
+    c.add_argument("--chapter", choices=registry.graded_chapters(), metavar="ID", default=None,
+                   help="the notebook's chapter (default: told from its cells)")
+    c.add_argument("--device", default="cpu", help="torch device for the checks (default cpu)")
+    c.add_argument("--cell-timeout", type=int, default=CELL_TIMEOUT_S, help=f"seconds a cell may run (default {CELL_TIMEOUT_S}, as in grading)")
+
     f = sub.add_parser("formgrader", help="serve nbgrader's formgrader on the working directory; rebuild the reports when it stops")
     f.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="the grading working directory (default: grading/run)")
     f.add_argument("--ip", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
@@ -101,6 +114,11 @@ def main(argv=None):
             for path in demo.write_demo():
                 print(f"wrote {path.relative_to(registry.ROOT)}")
         return 0
+
+    if args.command == "check":
+        from autograder.grading import check
+
+        return check.main(args.notebook, seed=args.seed, chapter=args.chapter, device=args.device, cell_timeout=args.cell_timeout)
 
     from autograder.grading.faults import Fault
     from autograder.grading.grade import EXIT_BUSY, EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USAGE, UsageError

@@ -5,6 +5,7 @@ wrong answer of WRONG_ANSWERS (below full marks, with its diagnosis in the summa
 """
 
 import csv
+import json
 
 import nbformat
 import pytest
@@ -102,6 +103,35 @@ def test_valid_answer_written_unlike_the_reference_scores_full_marks(corpus, stu
     cells = graded_cells(rows, student, chapter)
     lost = {c: r["message"][:400] for c, r in cells.items() if float(r["score"]) < float(r["max_score"])}
     assert not lost, f"{student} ({demo.valid_answers(chapter)[name].why}) lost points through the CLI: {lost}"
+
+
+# A representative part of the corpus for `check`: every chapter's reference, a blank notebook, and one catalogued
+# mistake of every other chapter (about 4 s a notebook, so under a minute).
+CHECKED = ([("reference", chapter) for chapter in CHAPTERS] + [("blank", CHAPTER)]
+           + [(next(s for s, (c, _, _) in WRONG.items() if c == chapter), chapter) for chapter in CHAPTERS[::2]])
+
+
+def test_check_gives_the_sandboxed_grade_on_the_same_inputs(corpus):
+    """`python -m autograder check` (no sandbox, autograder.grading.check) on notebooks of the corpus, each on the
+    inputs its sandboxed grade drew (the run's seed, kept in run-state.json, through notebook.inputs_seed): the same
+    points and the same message in every graded cell."""
+    from autograder.grading import check, notebook
+
+    workdir, rows, _ = corpus
+    run_seed = json.loads((workdir / "run-state.json").read_text())["seed"]
+    differ = {}
+    for student, chapter in CHECKED:
+        path = workdir / "submitted" / student / chapter / "exercises.ipynb"
+        cells = check.prepare(path)[2]
+        result = check.check(path, seed=notebook.inputs_seed(run_seed, student, chapter, cells))
+        assert result.chapter == chapter
+        graded = graded_cells(rows, student, chapter)
+        mine = {c.grade_id: (c.score, c.message) for c in result.cells}
+        theirs = {gid: (float(r["score"]), r["message"]) for gid, r in graded.items()}
+        if mine != theirs:
+            differ[(student, chapter)] = {gid: (mine.get(gid), theirs.get(gid)) for gid in set(mine) | set(theirs) if mine.get(gid) != theirs.get(gid)}
+    assert not differ, f"check and the sandboxed grade disagree: {differ}"
+    assert any(float(r["score"]) < float(r["max_score"]) for s, c in CHECKED for r in graded_cells(rows, s, c).values())
 
 
 def test_grades_csv_and_feedback_are_written(corpus):

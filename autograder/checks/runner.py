@@ -858,7 +858,8 @@ def main(job_dir):
                 start_cuda(device)
             except Exception as exc:  # every call on it will fail and say why; the notebook's other calls still run
                 send({"event": "cuda", "device": device, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
-    walls = install_walls()
+    # The walls and the exec block are seccomp filters (Linux); `check` runs without them (job["walls"] False).
+    walls = install_walls() if job.get("walls", True) else False
     # What the guard switches off comes with the job (the grader expands each check's forbidden names).
     switch_off = sorted({name for probe in job["probes"].values() for name in probe.get("switch_off", ())})
     idle = sorted({name for probe in job["probes"].values() for name in probe.get("idle_identity", ())})

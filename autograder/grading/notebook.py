@@ -263,17 +263,22 @@ def _prefix_arrays(spec, prefix):
             _prefix_arrays(value, prefix)
 
 
-def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dict, replay=None):
+def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dict, replay=None, only=None):
     """job.json + inputs.npz + runner.py, readable (not writable) by the sandbox's user.
     replay: {probe cell index: {call index: callee table}} for a replay round: only those calls of those
     probes are made (each with its table, see autograder.checks.judge_with_replays); other probes are left out.
+    only: the grade ids of the probes to make (a guard group's own run, see guard_groups); other probes are left out.
     Each probe carries its check's forbidden names (what the observers note) and what the sandbox's guard switches
-    off for it: their families, expanded here (the runner imports nothing of the course)."""
+    off for it: their families, expanded here (the runner imports nothing of the course). The runner arms the guard
+    with the union over the job's probes, before any cell runs. Without a sandbox (`check`, sandbox mode "plain")
+    the job asks for no seccomp walls and no exec block (Linux-only, and the learner's own machine)."""
     from autograder.checks import builtins
 
     probes, arrays, calls_by_cell = {}, {}, {}
     for cell in cells:
         if cell["kind"] != "probe" or (replay is not None and cell["index"] not in replay):
+            continue
+        if only is not None and cell["probe"] not in only:
             continue
         check = checks_module.CHECKS[cell["probe"]]
         calls = check.plan(settings.seed, settings.device)
@@ -296,7 +301,10 @@ def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dic
         if c["kind"] != "probe" or c["probe"] in probes else {"index": c["index"], "kind": "code", "probe": None, "source": "pass"}
         for c in cells
     ]
-    (job_dir / "job.json").write_text(json.dumps({"cells": run_cells, "probes": probes}), encoding="utf-8")
+    job = {"cells": run_cells, "probes": probes}
+    if settings.sandbox_mode == sandbox.PLAIN:
+        job.update(walls=False, block_exec=False)
+    (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
     np.savez(job_dir / "inputs.npz", **arrays)
     shutil.copy(Path(runner.__file__), job_dir / "runner.py")
     for path in [job_dir, *job_dir.iterdir()]:
@@ -304,16 +312,16 @@ def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dic
     return calls_by_cell
 
 
-def run_with_restarts(cells, checks_module, settings: Settings):
+def run_with_restarts(cells, checks_module, settings: Settings, only=None):
     """Run the job; a cell that hangs, kills the process or floods the output is skipped and the run
     repeated (the rest of the notebook still gets graded). Returns (records by cell, skip reasons, calls,
     notes on the run: processes the kernel stopped when the notebook's memory group was full, how the first run's
-    sandbox started: warm or cold and why)."""
+    sandbox started: warm or cold and why). only: as for write_job."""
     skip, notes, starts = {}, [], []
     for attempt in range(RESTARTS + 1):
         with tempfile.TemporaryDirectory(prefix="course-job-") as tmp:
             job_dir = Path(tmp)
-            calls_by_cell = write_job(job_dir, cells, checks_module, settings, skip)
+            calls_by_cell = write_job(job_dir, cells, checks_module, settings, skip, only=only)
             outcome = warm.run_job(job_dir, settings.sandbox_mode, settings.limits)
         starts.append(outcome.start)
         if outcome.oom_kills and outcome.status == "finished":
@@ -332,6 +340,48 @@ def run_with_restarts(cells, checks_module, settings: Settings):
             return by_cell, skip, calls_by_cell, notes, starts[0]
         skip[culprit] = f"{cells[culprit]['origin']} was stopped: {outcome.detail}"
     raise AssertionError("unreachable")
+
+
+def guard_groups(cells, checks_module) -> list[set[str]]:
+    """The probes that need a run of their own because the guard of the whole notebook switches off more than their
+    exercise's rule: [{grade ids}], one set per distinct list of switched-off built-ins smaller than the union.
+    The runner arms the guard once, before any cell, with the union over the job's probes (it cannot be undone, so
+    it cannot be armed later or per cell); an exercise whose rule forbids nothing (chapter 03's typed answers) would
+    otherwise be graded with another exercise's built-ins switched off."""
+    from autograder.checks import builtins
+
+    groups = {}
+    for cell in cells:
+        if cell["kind"] == "probe":
+            forbidden = checks_module.CHECKS[cell["probe"]].forbidden
+            groups.setdefault(tuple(builtins.switched_off(forbidden)), set()).add(cell["probe"])
+    union = set().union(*map(set, groups)) if groups else set()
+    return [gids for names, gids in groups.items() if set(names) != union]
+
+
+def _guard_refused(by_cell) -> bool:
+    """Did the guard refuse anything in this run (a cell or a check stopped by a switched-off built-in)?"""
+    return any(runner.GUARD_PREFIX in json.dumps(record) for records in by_cell.values() for record in records.values())
+
+
+def run_and_judge(cells, checks_module, solutions, points, settings: Settings, edits=()):
+    """Run the notebook (run_with_restarts) and judge every graded cell: the one path of `grade` and `check`.
+    Where the guard refused something in the run and some exercises' rule forbids less than the union the guard
+    switched off (guard_groups), those exercises are run again with only their own rule and judged on that run:
+    the rule each exercise states is the rule it is graded by. Returns (scores, by_cell, skip, notes, start) of
+    the first run (its records feed the feedback)."""
+    by_cell, skip, calls_by_cell, notes, start = run_with_restarts(cells, checks_module, settings)
+    groups = guard_groups(cells, checks_module) if _guard_refused(by_cell) else []
+    own = set().union(*groups) if groups else set()
+    scores = {s.grade_id: s for s in judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings, edits,
+                                           probes=None if not own else {c["probe"] for c in cells if c["kind"] == "probe"} - own)}
+    for gids in groups:
+        g_by_cell, g_skip, g_calls, g_notes, _ = run_with_restarts(cells, checks_module, settings, only=gids)
+        notes += [n for n in g_notes if n not in notes]
+        for s in judge(cells, g_by_cell, g_skip, g_calls, solutions, checks_module, points, settings, edits, probes=gids):
+            scores[s.grade_id] = s
+    ordered = [scores[c["probe"]] for c in cells if c["kind"] == "probe" and c["probe"] in scores]
+    return ordered, by_cell, skip, notes, start
 
 
 def replay_in_sandbox(cells, cell, indices, tables, checks_module, settings: Settings, skip: dict):
@@ -414,14 +464,15 @@ def learner_code_findings(function, solutions, cells, checks_module, ran_cleanly
     return forbidden, private
 
 
-def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings: Settings, edits=()):
+def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings: Settings, edits=(), probes=None):
     """The score of every graded cell, decided here from the decoded outputs (with replay rounds in the sandbox
     where a check asks for them). edits: the learner's discarded edits of read-only cells (readonly_edits), which a
-    failure's message explains where the failure may follow from one (explain_discarded_edits)."""
+    failure's message explains where the failure may follow from one (explain_discarded_edits). probes: judge only
+    these grade ids (a guard group's own run, see run_and_judge)."""
     scores = []
     ran_cleanly = {c["index"] for c in cells if c["index"] not in skip and by_cell.get(c["index"], {}).get("done", {}).get("ok")}
     for cell in cells:
-        if cell["kind"] != "probe":
+        if cell["kind"] != "probe" or (probes is not None and cell["probe"] not in probes):
             continue
         gid = cell["probe"]
         check = checks_module.CHECKS[gid]
@@ -461,6 +512,8 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points,
             scores.append(failed(f"{check.function}: the check's report is incomplete."))
             continue
 
+        records = [explain_unassigned(call, record, cells, by_cell, skip) for call, record in zip(calls, records)]
+
         def rerun(indices, tables, cell=cell):
             return replay_in_sandbox(cells, cell, indices, tables, checks_module, settings, skip)
 
@@ -474,6 +527,26 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points,
             continue
         scores.append(CellScore(gid, max_score, max_score, ""))
     return scores
+
+
+def explain_unassigned(call, record, cells, by_cell, skip):
+    """A typed answer's record (a variable read, call.variable) that found the variable undefined, explained by the
+    learner's cell that assigns it and stopped before it did: that cell's error, in place of "not defined: assign
+    it" said to a learner who did assign it. Any other record is returned as it is."""
+    name = getattr(call, "variable", None)
+    if not name or not isinstance(record, dict) or record.get("ok") or "is not defined" not in str(record.get("error") or ""):
+        return record
+    for cell in cells:
+        if not cell.get("learner") or name not in shortcuts.defined_names(cell["source"]):
+            continue
+        if cell["index"] in skip:
+            why = skip[cell["index"]]
+        else:
+            why = str(by_cell.get(cell["index"], {}).get("done", {}).get("error") or "").strip()
+            why = f"stopped with {why.splitlines()[-1][:300]}" if why else ""
+        if why:
+            return dict(record, error=f"NameError: {cell['origin']} assigns it but {why}, so `{name}` was never assigned")
+    return record
 
 
 def explain_discarded_edits(message: str, check, edits, cells) -> str:
@@ -563,10 +636,9 @@ def grade_submission(student: str, chapter: str, notebook: Path, settings: Setti
     cells, notes, solutions = plan_cells(released, submitted, checks_module)
     edits = readonly_edits(released, submitted)
     settings = dataclasses.replace(settings, seed=inputs_seed(settings.seed, student, chapter, cells))
-    by_cell, skip, calls_by_cell, run_notes, result.start = run_with_restarts(cells, checks_module, settings)
+    result.cells, by_cell, skip, run_notes, result.start = run_and_judge(cells, checks_module, solutions, points, settings, edits)
     result.notes = (read_notes + notes + readonly_edit_notes(edits) + run_notes
                     + [reason for i, reason in sorted(skip.items()) if not reason.startswith("not run")][:5])
-    result.cells = judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points, settings, edits)
     result.score = sum(c.score for c in result.cells)
     write_autograded(workdir, result, released, submitted, cells, by_cell)
     write_feedback(workdir, result, cells, by_cell, skip)

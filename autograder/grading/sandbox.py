@@ -22,7 +22,6 @@ import itertools
 import json
 import os
 import queue
-import resource
 import shutil
 import subprocess
 import sys
@@ -236,6 +235,27 @@ def describe_memory(limits: "Limits") -> str:
     return f"{limits.group_memory_bytes / 2**30:g} GiB for each notebook's processes together (cgroup v{parent[0]}), {per_process}"
 
 
+PLAIN = "plain"  # `python -m autograder check`: the learner's own code on the learner's own machine, no sandbox
+
+
+def run_plain(job_dir: Path, limits: Limits) -> Outcome:
+    """Run the runner on a job folder in a plain subprocess of this Python, under the same watchdog and report reader
+    as a sandboxed run, with nothing Linux-only (no bubblewrap, rlimits, cgroups or process groups): the path of
+    `python -m autograder check`, on the learner's own code, on macOS, Windows or Linux."""
+    env = dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="1")
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-I", str(job_dir / "runner.py"), str(job_dir)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    lines = read_reports(proc.stdout, limits.report_bytes)
+
+    def exit_code():
+        if proc.poll() is None:
+            proc.kill()
+        return proc.wait()
+
+    return watch(lines, limits, MemoryGroup(0), start, exit_code)
+
+
 def mode() -> str:
     """'bwrap-root' (namespaces + an unprivileged uid per worker), 'bwrap' (unprivileged namespaces), or 'none'.
 
@@ -396,6 +416,8 @@ def set_limits(limits: Limits, sandbox_mode: str, group: MemoryGroup | None = No
     """The rlimits of a sandbox's first process (and the memory group it joins), applied before bubblewrap starts.
     cpu=False for the warm template, which lives for many notebooks: each of its children sets its own CPU limit."""
     def apply():
+        import resource  # Unix only: imported where used, so that `check` (sandbox mode "plain") runs on Windows too
+
         if group is not None:
             group.join()
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

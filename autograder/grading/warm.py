@@ -296,7 +296,12 @@ def run(job_dir: Path, sandbox_mode: str, limits) -> tuple[sandbox.Outcome | Non
 
 def run_job(job_dir: Path, sandbox_mode: str, limits) -> sandbox.Outcome:
     """Run a job as grading does: forked from this worker's warm template where it can be, else cold
-    (`sandbox.run`); the outcome says which (`start`: "warm" or "cold: <why>")."""
+    (`sandbox.run`); the outcome says which (`start`: "warm" or "cold: <why>"). Sandbox mode "plain" (`check`):
+    a plain subprocess, no sandbox (`sandbox.run_plain`)."""
+    if sandbox_mode == sandbox.PLAIN:
+        outcome = sandbox.run_plain(job_dir, limits)
+        outcome.start = "plain (no sandbox)"
+        return outcome
     outcome, how = run(job_dir, sandbox_mode, limits)
     if outcome is not None:
         outcome.start = how
