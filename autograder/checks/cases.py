@@ -178,6 +178,9 @@ class Call:
     variable: str | None = None
     raises: type | None = None  # the exception the call must raise (see Case)
     why: str = ""
+    # Dropout drawn by the grader (runner.seeded_dropout) from this seed, the same for the learner and the
+    # reference: train()-mode calls compare where dropout sits. None: the built-in dropout.
+    dropout_seed: int | None = None
 
     def updates_model(self) -> bool:
         """Does a Model argument of this call ask for its parameters after the call (a training step)? Such a
@@ -187,7 +190,9 @@ class Call:
     def run(self, fn, args, kwargs):
         """fn(*args, **kwargs) as the judge runs a reference or a catalogued mistake on this call's inputs: with
         autograd on when the function updates its model, and with the model's parameters after the call appended."""
-        with torch.enable_grad() if self.updates_model() else contextlib.nullcontext():
+        from autograder.checks.runner import seeded_dropout
+
+        with torch.enable_grad() if self.updates_model() else contextlib.nullcontext(), seeded_dropout(self.dropout_seed):
             return self.with_state_after(fn(*args, **kwargs), args, kwargs)
 
     def with_state_after(self, out, args, kwargs):
@@ -240,7 +245,7 @@ class ModuleCase:
     init: dict
     inputs: tuple
     kwargs: dict = field(default_factory=dict)
-    train: bool = False
+    train: bool = False  # train(): dropout is the grader's seeded one (runner.seeded_dropout), the same for both
 
 
 def grader_weights(module: torch.nn.Module, g: torch.Generator) -> dict:

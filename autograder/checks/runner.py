@@ -449,6 +449,46 @@ def _unchanged(before, tensor):
                                              and torch.equal(now.nan_to_num(), before.nan_to_num())))
 
 
+class seeded_dropout:
+    """Within this context, F.dropout (what nn.Dropout calls) draws its masks from a CPU generator seeded with
+    `seed`, one draw per call in call order, and moves them to the input's device: the grader's own dropout, the
+    same in the sandbox and in the judge, on any device. A module compared in train() mode with the reference
+    under the same seed then gets the same masks wherever its structure is right (dropout on the same tensors,
+    in the same order), and different ones where it drops the wrong tensor or reuses one mask. Nothing here is
+    the built-in dropout kernel, so it runs where the guard switches that off. seed None: F.dropout unchanged."""
+
+    def __init__(self, seed):
+        self.seed, self.original = seed, None
+
+    def __enter__(self):
+        if self.seed is None:
+            return self
+        import torch
+        import torch.nn.functional as F
+
+        g = torch.Generator().manual_seed(int(self.seed))
+
+        def dropout(input, p=0.5, training=True, inplace=False):
+            if not training or p == 0:
+                return input
+            keep = torch.rand(tuple(input.shape), generator=g, dtype=torch.float64) >= p  # (same shape as input), CPU
+            out = input * keep.to(device=input.device, dtype=input.dtype) / (1 - p) if p < 1 else input * 0
+            if inplace:
+                return input.copy_(out)
+            return out
+
+        self.original = F.dropout
+        F.dropout = dropout
+        return self
+
+    def __exit__(self, *exc):
+        if self.original is not None:
+            import torch.nn.functional as F
+
+            F.dropout, self.original = self.original, None
+        return False
+
+
 def _build_module(cls, spec, arrays, device):
     """The learner's nn.Module, built with the grader's constructor arguments and weights."""
     import torch
@@ -553,7 +593,7 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
         target = fn
         if "module" in call:
             target, record["weights_kept"] = _build_module(fn, call["module"], arrays, device)
-        with observe_fn, observe_aten:
+        with observe_fn, observe_aten, seeded_dropout(call.get("dropout_seed")):
             out = target(*args, **kwargs)
             grads = gradients(args, grad_wrt, out, int(call.get("grad_seed", 0))) if grad_wrt else None
         out = _state_after(out, call, args, kwargs)

@@ -56,6 +56,8 @@ def encode_calls(calls):
         entry = {"device": c.device, "args": [spec(a, c.device) for a in c.args], "kwargs": {k: spec(v, c.device) for k, v in c.kwargs.items()}}
         if c.grad_wrt:
             entry["grad_wrt"], entry["grad_seed"] = list(c.grad_wrt), c.grad_seed
+        if c.dropout_seed is not None:
+            entry["dropout_seed"] = int(c.dropout_seed)
         if c.module is not None:
             entry["module"] = {
                 "init": {k: spec(v, "cpu") for k, v in c.module["init"].items()},
