@@ -158,14 +158,14 @@ COUNT_HINTS = {
 
 @torch.no_grad()
 def _greedy(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None, *, stop="all", fill=True, keep_bos=True,
-            position=-1, use_mask=True, fill_with_eos=False):
+            position=-1, use_mask=True, fill_with_eos=False, mask_to="both"):
     fill_id = eos_id if (pad_id is None or fill_with_eos) else pad_id
     mask = src_mask if use_mask else None
-    memory = model.encode(src, mask)
+    memory = model.encode(src, mask if mask_to in ("both", "encode") else None)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     for _ in range(max_len):
-        next_tok = model.decode(ys, memory, mask)[:, position].argmax(-1)
+        next_tok = model.decode(ys, memory, mask if mask_to in ("both", "decode") else None)[:, position].argmax(-1)
         if fill:
             next_tok = torch.where(finished, torch.full_like(next_tok, fill_id), next_tok)
         ys = torch.cat([ys, next_tok[:, None]], dim=1)
@@ -186,6 +186,11 @@ GREEDY_MISTAKES = {
     "pad_id (eos_id when pad_id is None)": _greedy_variant(fill=False),
     "src_mask is not passed on: encode and decode both need it, or the padded source positions are attended":
         _greedy_variant(use_mask=False),
+    "src_mask is not passed to model.encode: the encoder needs it too (the grader's model pools the real source "
+    "positions, as a real encoder's self-attention leaves the padding out), model.encode(src, src_mask)":
+        _greedy_variant(mask_to="decode"),
+    "src_mask is not passed to model.decode: the cross-attention then attends to the padded source positions, "
+    "model.decode(ys, memory, src_mask)": _greedy_variant(mask_to="encode"),
     "the next token is read from the first position's logits: the prediction for the next token is at the LAST "
     "position, logits[:, -1]": _greedy_variant(position=0),
     "finished rows are filled with eos_id although pad_id is given: fill with pad_id (eos_id only when pad_id is None)":
