@@ -450,12 +450,14 @@ def _unchanged(before, tensor):
 
 
 class seeded_dropout:
-    """Within this context, F.dropout (what nn.Dropout calls) draws its masks from a CPU generator seeded with
-    `seed`, one draw per call in call order, and moves them to the input's device: the grader's own dropout, the
-    same in the sandbox and in the judge, on any device. A module compared in train() mode with the reference
-    under the same seed then gets the same masks wherever its structure is right (dropout on the same tensors,
-    in the same order), and different ones where it drops the wrong tensor or reuses one mask. Nothing here is
-    the built-in dropout kernel, so it runs where the guard switches that off. seed None: F.dropout unchanged."""
+    """Within this context, F.dropout (what nn.Dropout calls) draws its masks on the CPU and moves them to the
+    input's device: the grader's own dropout, the same in the sandbox and in the judge, on any device. The k-th
+    call on a tensor of a given shape draws from a generator seeded by (seed, shape, k): a module compared in
+    train() mode with the reference under the same seed gets the same masks wherever its structure is right
+    (dropout on the same tensors, in the same order), and different ones where it drops the wrong tensor or
+    reuses one mask; a sublayer replaced by its recorded result (a callee, see judge.compose) does not shift the
+    masks of tensors of other shapes. Nothing here is the built-in dropout kernel, so it runs where the guard
+    switches that off. seed None: F.dropout unchanged."""
 
     def __init__(self, seed):
         self.seed, self.original = seed, None
@@ -466,12 +468,18 @@ class seeded_dropout:
         import torch
         import torch.nn.functional as F
 
-        g = torch.Generator().manual_seed(int(self.seed))
+        seed, drawn = int(self.seed), {}  # shape -> how many masks of that shape were drawn
 
         def dropout(input, p=0.5, training=True, inplace=False):
             if not training or p == 0:
                 return input
-            keep = torch.rand(tuple(input.shape), generator=g, dtype=torch.float64) >= p  # (same shape as input), CPU
+            shape = tuple(input.shape)
+            k = drawn[shape] = drawn.get(shape, -1) + 1
+            key = seed
+            for n in (*shape, len(shape), k):
+                key = (key * 1000003 + n) % (1 << 61)
+            g = torch.Generator().manual_seed(key)
+            keep = torch.rand(shape, generator=g, dtype=torch.float64) >= p  # (same shape as input), CPU
             out = input * keep.to(device=input.device, dtype=input.dtype) / (1 - p) if p < 1 else input * 0
             if inplace:
                 return input.copy_(out)
