@@ -911,3 +911,48 @@ def test_seeded_dropout_is_the_graders_own_and_leaves_f_dropout_as_it_was():
     assert nn.functional.dropout is original
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert set(a.unique().tolist()) == {0.0, 2.0}  # inverted dropout: kept entries scaled by 1 / (1 - p)
+
+
+# --- Optimizer arguments: a stateful optimizer the function must step -------------------------------------
+
+
+class Lin(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.proj(x)  # (B, d)
+
+
+def fit(model, x, steps=2, lr=0.1, optimizer=None):
+    optimizer = optimizer if optimizer is not None else torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        loss = (model(x) - 1).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return torch.stack(losses)  # (steps,)
+
+
+def fit_own_optimizer(model, x, steps=2, lr=0.1, optimizer=None):
+    return fit(model, x, steps, lr)  # the optimizer it is given is ignored
+
+
+def _fit_cases(seed):
+    g = checks.generator(seed, 4)
+    state = checks.grader_weights(Lin(3), g)
+    model = checks.Model("Lin", {"d": 3}, state, train=True, state_after=True, reference=Lin)
+    return [Case("Lin(3), x (4, 3), Adam(lr=0.05), 3 steps", (model, torch.randn(4, 3, generator=g)),
+                 {"steps": 3, "optimizer": checks.Optim("Adam", {"lr": 0.05})})]
+
+
+FIT = function_check(fit, _fit_cases, ("losses", "proj.weight", "proj.bias"), meta=False,
+                     mistakes={"the optimizer it is given is ignored": fit_own_optimizer})
+
+
+def test_an_optimizer_argument_is_built_on_the_model_and_must_be_the_one_stepped():
+    run_local(FIT, fit, seed=SEED, device="cpu")
+    _fails(FIT, fit_own_optimizer, "the optimizer it is given is ignored")

@@ -125,6 +125,21 @@ class Model:
         return module.to(device)
 
 
+@dataclass(frozen=True)
+class Optim:
+    """An argument that is an optimizer, torch.optim.<name>(the parameters of positional argument `model`, a
+    Model, **settings), built fresh where the call runs (the judge builds the reference's the same way). A
+    stateful one (Adam) makes a function that ignores the optimizer it is given, and makes its own, give other
+    parameters after its steps. name: one of runner.OPTIMIZERS."""
+
+    name: str
+    settings: dict
+    model: int = 0
+
+    def __hash__(self):
+        return hash((self.name, tuple(sorted(self.settings.items())), self.model))
+
+
 @dataclass
 class Case:
     """One set of inputs for a graded function: positional args (tensors or plain values) and a label.
@@ -231,7 +246,12 @@ class Call:
         args = [make(a) for a in self.args]
         for i in self.grad_wrt:
             args[i] = args[i].requires_grad_(True)
-        return tuple(args), {k: make(v) for k, v in self.kwargs.items()}
+        kwargs = {k: make(v) for k, v in self.kwargs.items()}
+
+        def optimizer(a):  # built once the model it steps is built
+            return getattr(torch.optim, a.name)(args[a.model].parameters(), **a.settings) if isinstance(a, Optim) else a
+
+        return tuple(optimizer(a) for a in args), {k: optimizer(v) for k, v in kwargs.items()}
 
 
 # --- Module exercises ----------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from autograder.checks import builtins
+from autograder.checks import Optim, builtins
 from autograder.checks import Case, ModuleCase, Returned, function_check, generator, grader_weights, module_check
 from autograder.checks.cases import Model
 from solutions import ch08_encoder_decoder as ref
@@ -49,6 +49,7 @@ class _Dec(ref.DecoderLayer):
     post_ln_always = False
     norm_on_branch = False  # x + norm(sublayer(x)) instead of norm(x + sublayer(x))
     cross_first = False
+    branch_dropout = True  # False: dropout1..3 left out of the residual branches (seen in train() mode)
 
     def _masks(self, tgt_mask, memory_mask):
         if self.invert_masks:
@@ -66,9 +67,11 @@ class _Dec(ref.DecoderLayer):
         def cross_block(y):
             return self.cross_attn(y, kv(y), kv(y), memory_mask)[0]
 
+        drops = (self.dropout1, self.dropout2, self.dropout3) if self.branch_dropout else ((lambda t: t),) * 3
         blocks = [(self_block, self.norm1), (cross_block, self.norm2), (self.ff, self.norm3)]
         if self.cross_first:
             blocks[0], blocks[1] = (cross_block, self.norm1), (self_block, self.norm2)
+        blocks = [((lambda y, b=b, d=d: d(b(y))), n) for (b, n), d in zip(blocks, drops)]
         for block, norm in blocks:
             if self.norm_first and not self.post_ln_always:
                 x = x + block(norm(x))
@@ -100,6 +103,8 @@ DECODER_MISTAKES = {
     "norm(x + sublayer(x))": _dec(norm_on_branch=True),
     "the sub-layers are in the wrong order (cross-attention before self-attention): self-attention, then "
     "cross-attention, then the feed-forward network": _dec(cross_first=True),
+    "no dropout on the residual branches in train() mode: each sub-layer's output goes through its dropout "
+    "(dropout1, dropout2, dropout3) before the residual add": _dec(branch_dropout=False),
 }
 
 DECODER_HINTS = {
@@ -184,13 +189,9 @@ def _greedy_variant(**kw):
 GREEDY_MISTAKES = {
     "finished rows keep emitting tokens after </s>: once a row has produced eos_id, fill its later positions with "
     "pad_id (eos_id when pad_id is None)": _greedy_variant(fill=False),
-    "src_mask is not passed on: encode and decode both need it, or the padded source positions are attended":
+    "src_mask is not passed on (to model.encode, model.decode, or both): encode and decode both need it, or the "
+    "padded source positions are attended":
         _greedy_variant(use_mask=False),
-    "src_mask is not passed to model.encode: the encoder needs it too (the grader's model pools the real source "
-    "positions, as a real encoder's self-attention leaves the padding out), model.encode(src, src_mask)":
-        _greedy_variant(mask_to="decode"),
-    "src_mask is not passed to model.decode: the cross-attention then attends to the padded source positions, "
-    "model.decode(ys, memory, src_mask)": _greedy_variant(mask_to="encode"),
     "the next token is read from the first position's logits: the prediction for the next token is at the LAST "
     "position, logits[:, -1]": _greedy_variant(position=0),
     "finished rows are filled with eos_id although pad_id is given: fill with pad_id (eos_id only when pad_id is None)":
@@ -216,9 +217,9 @@ GREEDY_HINTS = {
 
 
 def _train(model, src, tgt, src_mask, pad_id, eps=0.0, lr=0.1, steps=1, optimizer=None, *, shift="right", ignore=True,
-           smoothing=True, zero_grad=True, reduction="mean", pad_is_zero=False):
+           smoothing=True, zero_grad=True, reduction="mean", pad_is_zero=False, own_optimizer=False):
     import torch.nn.functional as F
-    optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=lr)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr) if own_optimizer or optimizer is None else optimizer
     if shift == "right":
         dec_in, labels = tgt[:, :-1], tgt[:, 1:]
     else:  # the labels are the decoder's own inputs
@@ -254,6 +255,8 @@ TRAIN_MISTAKES = {
     "the gradients are never cleared: call optimizer.zero_grad() in every step, or the second step adds the first "
     "step's gradients to its own": _train_variant(zero_grad=False),
     "the loss is summed over the positions instead of averaged over the real (non-padding) labels": _train_variant(reduction="sum"),
+    "the optimizer it is given is ignored (a new SGD is made every call): step the `optimizer` argument when one is "
+    "given, and make SGD(model.parameters(), lr=lr) only when it is None": _train_variant(own_optimizer=True),
 }
 
 TRAIN_HINTS = {
@@ -295,6 +298,15 @@ def _decoder_cases(seed):
         ModuleCase("Pre-LN, d_model = 16, 2 heads, d_ff = 16: x (2, 3, 16), memory (2, 5, 16), causal mask (3, 3), "
                    "memory padding mask (2, 1, 1, 5)", {"d_model": 16, "n_heads": 2, "d_ff": 16, "norm_first": True},
                    (r(2, 3, 16), r(2, 5, 16), torch.ones(3, 3, dtype=torch.bool).tril(), _lengths_mask([2, 5], 5))),
+        # train() with dropout: the grader's seeded masks, the same for the reference (runner.seeded_dropout)
+        ModuleCase("Post-LN, train() with dropout = 0.4 (the grader's dropout masks), d_model = 8, 2 heads, d_ff = 16: "
+                   "x (2, 5, 8), memory (2, 7, 8), causal mask (5, 5), memory padding mask (2, 1, 1, 7)",
+                   {"d_model": 8, "n_heads": 2, "d_ff": 16, "dropout": 0.4},
+                   (r(2, 5, 8), r(2, 7, 8), causal5, _lengths_mask([7, 3], 7)), train=True),
+        ModuleCase("Pre-LN, train() with dropout = 0.4 (the grader's dropout masks), d_model = 12, 3 heads, d_ff = 20: "
+                   "x (3, 4, 12), memory (3, 6, 12), causal AND target padding mask (3, 1, 4, 4), memory padding mask (3, 1, 1, 6)",
+                   {"d_model": 12, "n_heads": 3, "d_ff": 20, "norm_first": True, "dropout": 0.4},
+                   (r(3, 4, 12), r(3, 6, 12), both, _lengths_mask([6, 2, 4], 6)), train=True),
     ]
 
 
@@ -469,6 +481,15 @@ def _train_cases(seed):
         cases.append(Case(f"ToyTranslator{tuple(init.values())}: {label}",
                           (Model("ToyTranslator", init, state, train=True, state_after=True), src, tgt, mask, pad_id),
                           {"eps": eps, "lr": lr, "steps": steps}))
+    # The optimizer argument: Adam (stateful, its steps differ from SGD's at any lr), built on the model's parameters
+    init = {"src_vocab": 9, "tgt_vocab": 10, "d_model": 8, "n_heads": 2}
+    state = grader_weights(ref.ToyTranslator(**init), g)
+    src, mask = torch.randint(3, init["src_vocab"], (2, 5), generator=g), _lengths_mask([5, 3], 5)
+    tgt = target_batch(g, [4, 2], 7, init["tgt_vocab"], 0)
+    cases.append(Case(f"ToyTranslator{tuple(init.values())}: 2 sources (2, 5), targets (2, 7) padded with pad_id 0, "
+                      "eps 0.1, 3 steps of the optimizer it is given, Adam(lr=0.05) (lr=0.5 is for the SGD made without one)",
+                      (Model("ToyTranslator", init, state, train=True, state_after=True), src, tgt, mask, 0),
+                      {"eps": 0.1, "lr": 0.5, "steps": 3, "optimizer": Optim("Adam", {"lr": 0.05})}))
     return cases
 
 

@@ -77,6 +77,8 @@ def decode_arg(spec, arrays, device, namespace=None):
         if not callable(fn):
             raise NameError(f"{spec['function']} is not defined (did its cell run without errors?)")
         return fn
+    if "optimizer" in spec:
+        return _PendingOptimizer(spec["optimizer"])  # built by bind_optimizers, once its model is built
     if "model" in spec:
         name = spec["model"]["class"]
         cls = (namespace or {}).get(name)
@@ -85,6 +87,30 @@ def decode_arg(spec, arrays, device, namespace=None):
         module, _ = _build_module(cls, spec["model"], arrays, device)
         return module
     return spec["value"]
+
+
+OPTIMIZERS = ("SGD", "Adam", "AdamW")  # what an Optim argument may name (cases.Optim)
+
+
+class _PendingOptimizer:
+    def __init__(self, spec):
+        self.spec = spec
+
+
+def bind_optimizers(args, kwargs):
+    """args, kwargs with each optimizer argument built: torch.optim.<name>(parameters of the model that is
+    positional argument `model`, **settings) (see cases.Optim)."""
+    import torch
+
+    def build(a):
+        if not isinstance(a, _PendingOptimizer):
+            return a
+        name, settings, index = a.spec["name"], dict(a.spec["settings"]), int(a.spec["model"])
+        if name not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {name}")
+        return getattr(torch.optim, name)(args[index].parameters(), **settings)
+
+    return [build(a) for a in args], {k: build(v) for k, v in kwargs.items()}
 
 
 def _state_after(out, call, args, kwargs):
@@ -581,6 +607,7 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
     try:
         args = [decode_arg(a, arrays, device, namespace) for a in call["args"]]
         kwargs = {k: decode_arg(a, arrays, device, namespace) for k, a in call["kwargs"].items()}
+        args, kwargs = bind_optimizers(args, kwargs)
         for i in grad_wrt:
             args[i] = args[i].detach().clone().requires_grad_(True)
         before = [a.detach().clone() if isinstance(a, torch.Tensor) and a.device.type != "meta" else None for a in args]
