@@ -956,3 +956,18 @@ FIT = function_check(fit, _fit_cases, ("losses", "proj.weight", "proj.bias"), me
 def test_an_optimizer_argument_is_built_on_the_model_and_must_be_the_one_stepped():
     run_local(FIT, fit, seed=SEED, device="cpu")
     _fails(FIT, fit_own_optimizer, "the optimizer it is given is ignored")
+
+
+def test_visible_meta_check_does_not_swallow_a_refused_device_argument():
+    """A function without the `device` parameter loses its points hidden: the visible meta check says so too."""
+    expect_meta = checks.visible.expect_meta
+
+    def table(n, m, *, device=None):
+        return torch.zeros(n, m, device=device)  # (n, m)
+
+    def table_without_device(n, m):
+        return torch.zeros(n, m)
+
+    expect_meta(table, 2, 3, device=torch.device("meta"), shape=(2, 3), what="table(2, 3, device='meta')")
+    with pytest.raises(AssertionError, match="(?s)unexpected keyword argument 'device'.*Keep the signature"):
+        expect_meta(table_without_device, 2, 3, device=torch.device("meta"), shape=(2, 3), what="table(2, 3, device='meta')")
