@@ -361,7 +361,8 @@ def greedy_decode(
 
 class ToyTranslator(nn.Module):
     """A one-layer stand-in for Transformer with its interface (encode, decode, forward), for the exercises on
-    decoding and training: learned token and position embeddings, one causal self-attention and one
+    decoding and training: learned token and position embeddings (the encoder adds to each source position the
+    mean of the real ones, so that src_mask matters to encode too), one causal self-attention and one
     cross-attention (each a residual branch, no LayerNorm, no FFN, no dropout, no attention biases), and an
     output projection: 13 parameter tensors.
 
@@ -383,7 +384,12 @@ class ToyTranslator(nn.Module):
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         positions = torch.arange(src.size(1), device=src.device)  # (Ts,)
-        return self.src_embed(src) + self.pos(positions)  # (B, Ts, D)
+        x = self.src_embed(src) + self.pos(positions)  # (B, Ts, D)
+        # Every position also gets the mean of the real source positions (src_mask True; all of them without a
+        # mask): the memory depends on src_mask, so a caller that leaves the mask out gets other results.
+        real = torch.ones_like(src, dtype=x.dtype) if src_mask is None else src_mask.reshape(src.shape).to(x.dtype)  # (B, Ts)
+        context = (x * real[..., None]).sum(1) / real.sum(1).clamp_min(1)[..., None]  # (B, D)
+        return x + context[:, None]  # (B, Ts, D)
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None) -> Tensor:
         t = tgt.size(1)

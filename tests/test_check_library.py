@@ -852,3 +852,122 @@ POWERS = function_check(powers, lambda seed: [Case("x (3,)", (torch.rand(3, gene
 def test_every_item_of_a_long_tuple_is_judged():
     run_local(POWERS, powers, seed=SEED, device="cpu")
     _fails(POWERS, lambda x: powers(x)[:19] + (x ** 20,), "x\\^19 of <lambda> .*wrong values")
+
+
+# --- Train mode: dropout compared under the grader's seeded masks ---------------------------------------
+
+
+class Mlp(nn.Module):
+    """linear2(dropout(relu(linear1(x)))): dropout on the hidden layer."""
+
+    def __init__(self, d, hidden, dropout=0.0):
+        super().__init__()
+        self.linear1, self.linear2, self.dropout = nn.Linear(d, hidden), nn.Linear(hidden, d), nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))  # (B, T, d)
+
+
+class MlpDropsOutput(Mlp):
+    def forward(self, x):
+        return self.dropout(self.linear2(torch.relu(self.linear1(x))))  # dropout on the output instead
+
+
+class MlpOneMask(Mlp):
+    """Draws one mask of shape (T, hidden) and shares it across the batch (a mask drawn once and reused)."""
+
+    def forward(self, x):
+        h = torch.relu(self.linear1(x))
+        if self.training and getattr(self, "mask", None) is None:
+            self.mask = nn.functional.dropout(torch.ones_like(h[0]), self.dropout.p, True)  # (T, hidden), drawn once
+        return self.linear2(h * self.mask if self.training else h)
+
+
+def _mlp_cases(seed):
+    g = checks.generator(seed, 3)
+    return [ModuleCase("train(), dropout = 0.5, x (2, 4, 6)", {"d": 6, "hidden": 10, "dropout": 0.5}, (torch.randn(2, 4, 6, generator=g),), train=True)]
+
+
+MLP = module_check(Mlp, _mlp_cases, ("y",), mistakes={"dropout applied to the output instead of the hidden layer": MlpDropsOutput}, salt=7)
+
+
+def test_train_mode_compares_where_dropout_sits_under_the_graders_masks():
+    run_local(MLP, Mlp, seed=SEED, device="cpu")  # the same structure: the same masks, the same outputs
+    _fails(MLP, MlpDropsOutput, "dropout applied to the output instead of the hidden layer")
+    _fails(MLP, MlpOneMask, "not right|wrong")  # one mask for every sequence of the batch
+
+
+def test_seeded_dropout_is_the_graders_own_and_leaves_f_dropout_as_it_was():
+    from autograder.checks.runner import seeded_dropout
+
+    original = nn.functional.dropout
+    x = torch.ones(64, 64)
+    with seeded_dropout(5):
+        a = nn.Dropout(0.5).train()(x)
+    with seeded_dropout(5):
+        b = nn.functional.dropout(x, 0.5, True)
+    with seeded_dropout(6):
+        c = nn.functional.dropout(x, 0.5, True)
+    assert nn.functional.dropout is original
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert set(a.unique().tolist()) == {0.0, 2.0}  # inverted dropout: kept entries scaled by 1 / (1 - p)
+
+
+# --- Optimizer arguments: a stateful optimizer the function must step -------------------------------------
+
+
+class Lin(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.proj(x)  # (B, d)
+
+
+def fit(model, x, steps=2, lr=0.1, optimizer=None):
+    optimizer = optimizer if optimizer is not None else torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        loss = (model(x) - 1).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return torch.stack(losses)  # (steps,)
+
+
+def fit_own_optimizer(model, x, steps=2, lr=0.1, optimizer=None):
+    return fit(model, x, steps, lr)  # the optimizer it is given is ignored
+
+
+def _fit_cases(seed):
+    g = checks.generator(seed, 4)
+    state = checks.grader_weights(Lin(3), g)
+    model = checks.Model("Lin", {"d": 3}, state, train=True, state_after=True, reference=Lin)
+    return [Case("Lin(3), x (4, 3), Adam(lr=0.05), 3 steps", (model, torch.randn(4, 3, generator=g)),
+                 {"steps": 3, "optimizer": checks.Optim("Adam", {"lr": 0.05})})]
+
+
+FIT = function_check(fit, _fit_cases, ("losses", "proj.weight", "proj.bias"), meta=False,
+                     mistakes={"the optimizer it is given is ignored": fit_own_optimizer})
+
+
+def test_an_optimizer_argument_is_built_on_the_model_and_must_be_the_one_stepped():
+    run_local(FIT, fit, seed=SEED, device="cpu")
+    _fails(FIT, fit_own_optimizer, "the optimizer it is given is ignored")
+
+
+def test_visible_meta_check_does_not_swallow_a_refused_device_argument():
+    """A function without the `device` parameter loses its points hidden: the visible meta check says so too."""
+    expect_meta = checks.visible.expect_meta
+
+    def table(n, m, *, device=None):
+        return torch.zeros(n, m, device=device)  # (n, m)
+
+    def table_without_device(n, m):
+        return torch.zeros(n, m)
+
+    expect_meta(table, 2, 3, device=torch.device("meta"), shape=(2, 3), what="table(2, 3, device='meta')")
+    with pytest.raises(AssertionError, match="(?s)unexpected keyword argument 'device'.*Keep the signature"):
+        expect_meta(table_without_device, 2, 3, device=torch.device("meta"), shape=(2, 3), what="table(2, 3, device='meta')")

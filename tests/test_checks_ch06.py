@@ -99,3 +99,46 @@ def test_the_reference_layer_draws_the_same_mask_on_every_device():
     y = x + ref.sinusoidal_pe(5, 8)
     torch.testing.assert_close(first[kept], (y / 0.5)[kept])
     assert layer.to("meta")(x.to("meta"), generator=torch.Generator().manual_seed(4)).device.type == "meta"
+
+
+# --- apply_rope built on the learner's own rotation_matrix: graded apart from it --------------------------
+
+_ROPE_ON_ROTATION = '''
+import torch
+
+def apply_rope(x, positions=None, base=10000.0):
+    d = x.size(-1)
+    if positions is None:
+        positions = torch.arange(x.size(-2), device=x.device)
+    flat_x, flat_p = x.reshape(-1, d), positions.expand(x.shape[:-1]).reshape(-1).tolist()  # (N, d), N positions
+    mats = {p: rotation_matrix(p, d, base, dtype=torch.float64, device=x.device).to(x.dtype) for p in sorted(set(flat_p))}
+    rows = [mats[p].T @ v for p, v in zip(flat_p, flat_x)]  # M_p rotates PE rows by +p: x_rot = M_p^T x (column form)
+    return torch.stack(rows).reshape(x.shape)
+'''
+
+
+def _rotation_the_wrong_way(k, d_model, base=10000.0, *, dtype=torch.float32, device=None):
+    return ref.rotation_matrix(-k, d_model, base, dtype=dtype, device=device)
+
+
+def _rope_namespace(rotation):
+    namespace = {"rotation_matrix": rotation}
+    exec(compile(_ROPE_ON_ROTATION, "<cell-rope>", "exec"), namespace)
+    return namespace
+
+
+def test_apply_rope_on_a_wrong_rotation_matrix_pays_only_in_rotation_matrix():
+    run_check("06-positional-encoding", "apply_rope_hidden", _rope_namespace(ref.rotation_matrix), seed=0, device="cpu")
+    wrong = _rope_namespace(_rotation_the_wrong_way)
+    with pytest.raises(AssertionError):
+        run_check("06-positional-encoding", "rotation_matrix_hidden", wrong, seed=0, device="cpu")
+    run_check("06-positional-encoding", "apply_rope_hidden", wrong, seed=0, device="cpu")  # no double penalty
+
+
+def test_apply_rope_on_a_right_rotation_matrix_with_its_own_mistake_still_fails():
+    namespace = _rope_namespace(ref.rotation_matrix)
+    own_mistake = namespace["apply_rope"]
+    namespace["apply_rope"] = lambda x, positions=None, base=10000.0: own_mistake(x, positions, base * 2)  # wrong base
+    namespace["apply_rope"].__name__ = "apply_rope"
+    with pytest.raises(AssertionError):
+        run_check("06-positional-encoding", "apply_rope_hidden", namespace, seed=0, device="cpu")

@@ -98,3 +98,22 @@ def test_zero_grad_forgotten_shows_on_the_second_step():
     wrong = checks.train_variants(kit.demo_module, init)[
         next(d for d in checks.TRAIN_MISTAKES if "never cleared" in d)](src, tgt, keep, 0, eps=0.1, lr=0.5, steps=2)
     assert torch.equal(right[:2], wrong[:2]) and (right[2:] - wrong[2:]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("left_out_of", ["encode", "decode"])
+def test_greedy_decode_that_leaves_src_mask_out_of_encode_or_decode_fails(left_out_of):
+    """The grader's ToyTranslator uses src_mask in encode (it pools the real source positions) as in decode."""
+    run_local(checks.CHECKS["greedy_decode_hidden"], ref.greedy_decode, seed=0, device="cpu")
+    wrong = checks._greedy_variant(mask_to="decode" if left_out_of == "encode" else "encode")
+    assert "src_mask is not passed on" in _failure("greedy_decode_hidden", wrong, 0)
+
+
+def test_train_step_that_ignores_the_optimizer_it_is_given_fails():
+    """The hidden case passes Adam: a train_step that makes its own SGD gives other parameters after its steps."""
+    assert any("optimizer" in c.kwargs for c in checks._train_cases(0))
+    assert "the optimizer it is given is ignored" in _failure("train_step_hidden", checks._train_variant(own_optimizer=True), 0)
+
+
+def test_decoder_layer_without_branch_dropout_fails_in_train_mode():
+    """train() cases with dropout: the grader's seeded masks show a DecoderLayer with no dropout on its branches."""
+    assert "no dropout on the residual branches" in _failure("DecoderLayer_hidden", checks._dec(branch_dropout=False), 0)

@@ -7,6 +7,8 @@ notebook, every catalogued wrong and valid answer, hidden inputs that change wit
 - mistakes written here (wrong code the catalogue does not list) fail with a helpful message.
 """
 
+import inspect
+
 import pytest
 import torch
 
@@ -103,3 +105,33 @@ def test_a_cache_step_that_attends_to_the_unfilled_part_fails():
 
     with pytest.raises(AssertionError, match="output of padded .*wrong values"):
         run_check(CHAPTER, "attention_step_hidden", padded)
+
+
+_CONCAT_CACHE = '''
+import torch
+
+class KVCache:
+    """Preallocated buffers (as the visible check sees at construction), but append grows by torch.cat."""
+
+    def __init__(self, batch, n_heads, max_len, d_k, dtype=torch.float32, device=None):
+        self.k = torch.zeros(batch, n_heads, max_len, d_k, dtype=dtype, device=device)
+        self.v = torch.zeros(batch, n_heads, max_len, d_k, dtype=dtype, device=device)
+        self.length, self._k, self._v = 0, None, None
+
+    def append(self, k_new, v_new):
+        self._k = k_new if self._k is None else torch.cat([self._k, k_new], dim=2)
+        self._v = v_new if self._v is None else torch.cat([self._v, v_new], dim=2)
+        self.length += k_new.size(2)
+        return self._k, self._v
+'''
+
+
+def test_a_cache_that_grows_by_concatenation_fails_the_full_cache_contract_hidden():
+    """The exercise: "If the cache is full, raise RuntimeError" (the visible check asks it too): hidden as well."""
+    run_check("09-complexity-kv-cache", "KVCache_hidden", {**vars(ref)}, seed=0, device="cpu")
+    namespace = {**vars(ref)}
+    exec(compile(_CONCAT_CACHE, "<cell-kv>", "exec"), namespace)
+    # fill_kv_cache is the course's (read-only): defined in the notebook, so it builds the learner's KVCache
+    exec(compile(inspect.getsource(ref.fill_kv_cache), "<cell-fill>", "exec"), namespace)
+    with pytest.raises(AssertionError, match="should raise RuntimeError"):
+        run_check("09-complexity-kv-cache", "KVCache_hidden", namespace, seed=0, device="cpu")

@@ -37,7 +37,7 @@ import from `autograder.checks`); private helpers stay in their part.
 
 from autograder.checks import runner, visible
 from autograder.checks.cases import (
-    ALLOWED_DTYPES, DTYPES, TOLERANCES, Call, Case, Dev, Fn, Model, ModuleCase, Seeded, case_salt, generator, grader_weights, grading_device,
+    ALLOWED_DTYPES, DTYPES, TOLERANCES, Call, Case, Dev, Fn, Model, ModuleCase, Optim, Seeded, case_salt, generator, grader_weights, grading_device,
     grading_seed, large_score_inputs,
 )
 from autograder.checks.wire import ReportedDevice, Returned, Unreadable, decode_value, describe, encode_calls, to_tensors
@@ -54,7 +54,7 @@ from autograder.checks.kinds import (
 __all__ = [
     "runner", "visible",
     # cases
-    "ALLOWED_DTYPES", "DTYPES", "TOLERANCES", "Call", "Case", "Dev", "Fn", "Model", "ModuleCase", "Seeded", "case_salt", "generator", "grader_weights",
+    "ALLOWED_DTYPES", "DTYPES", "TOLERANCES", "Call", "Case", "Dev", "Fn", "Model", "ModuleCase", "Optim", "Seeded", "case_salt", "generator", "grader_weights",
     "grading_device", "grading_seed", "large_score_inputs",
     # wire
     "ReportedDevice", "Returned", "Unreadable", "decode_value", "describe", "encode_calls", "to_tensors",

@@ -125,6 +125,21 @@ class Model:
         return module.to(device)
 
 
+@dataclass(frozen=True)
+class Optim:
+    """An argument that is an optimizer, torch.optim.<name>(the parameters of positional argument `model`, a
+    Model, **settings), built fresh where the call runs (the judge builds the reference's the same way). A
+    stateful one (Adam) makes a function that ignores the optimizer it is given, and makes its own, give other
+    parameters after its steps. name: one of runner.OPTIMIZERS."""
+
+    name: str
+    settings: dict
+    model: int = 0
+
+    def __hash__(self):
+        return hash((self.name, tuple(sorted(self.settings.items())), self.model))
+
+
 @dataclass
 class Case:
     """One set of inputs for a graded function: positional args (tensors or plain values) and a label.
@@ -178,6 +193,9 @@ class Call:
     variable: str | None = None
     raises: type | None = None  # the exception the call must raise (see Case)
     why: str = ""
+    # Dropout drawn by the grader (runner.seeded_dropout) from this seed, the same for the learner and the
+    # reference: train()-mode calls compare where dropout sits. None: the built-in dropout.
+    dropout_seed: int | None = None
 
     def updates_model(self) -> bool:
         """Does a Model argument of this call ask for its parameters after the call (a training step)? Such a
@@ -187,7 +205,9 @@ class Call:
     def run(self, fn, args, kwargs):
         """fn(*args, **kwargs) as the judge runs a reference or a catalogued mistake on this call's inputs: with
         autograd on when the function updates its model, and with the model's parameters after the call appended."""
-        with torch.enable_grad() if self.updates_model() else contextlib.nullcontext():
+        from autograder.checks.runner import seeded_dropout
+
+        with torch.enable_grad() if self.updates_model() else contextlib.nullcontext(), seeded_dropout(self.dropout_seed):
             return self.with_state_after(fn(*args, **kwargs), args, kwargs)
 
     def with_state_after(self, out, args, kwargs):
@@ -226,7 +246,12 @@ class Call:
         args = [make(a) for a in self.args]
         for i in self.grad_wrt:
             args[i] = args[i].requires_grad_(True)
-        return tuple(args), {k: make(v) for k, v in self.kwargs.items()}
+        kwargs = {k: make(v) for k, v in self.kwargs.items()}
+
+        def optimizer(a):  # built once the model it steps is built
+            return getattr(torch.optim, a.name)(args[a.model].parameters(), **a.settings) if isinstance(a, Optim) else a
+
+        return tuple(optimizer(a) for a in args), {k: optimizer(v) for k, v in kwargs.items()}
 
 
 # --- Module exercises ----------------------------------------------------------------------------------
@@ -240,7 +265,7 @@ class ModuleCase:
     init: dict
     inputs: tuple
     kwargs: dict = field(default_factory=dict)
-    train: bool = False
+    train: bool = False  # train(): dropout is the grader's seeded one (runner.seeded_dropout), the same for both
 
 
 def grader_weights(module: torch.nn.Module, g: torch.Generator) -> dict:

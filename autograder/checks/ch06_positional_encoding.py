@@ -186,12 +186,12 @@ ROTATION_HINTS = {
 # --- Known mistakes: apply_rope -----------------------------------------------------------------------
 
 
-def _rope_variant(x, positions=None, base=10000.0, halves=False, negative=False):
+def _rope_variant(x, positions=None, base=10000.0, halves=False, negative=False, angle_dtype=torch.float64):
     d = x.size(-1)
-    omega = ref.inverse_frequencies(d, base, device=x.device)
+    omega = ref.inverse_frequencies(d, base, device=x.device).to(angle_dtype)
     if positions is None:
         positions = torch.arange(x.size(-2), device=x.device)
-    angles = positions.to(torch.float64)[..., None] * omega * (-1 if negative else 1)
+    angles = positions.to(angle_dtype)[..., None] * omega * (-1 if negative else 1)
     cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
     if halves:
         x1, x2 = x[..., : d // 2], x[..., d // 2:]
@@ -205,6 +205,9 @@ ROPE_MISTAKES = {
     "(2i, 2i+1), as the RoFormer paper and sinusoidal_pe do": lambda x, positions=None, base=10000.0: _rope_variant(x, positions, base, halves=True),
     "each pair is rotated by -pos * omega_i (the transposed rotation): rotate by +pos * omega_i, "
     "(x1 cos - x2 sin, x1 sin + x2 cos)": lambda x, positions=None, base=10000.0: _rope_variant(x, positions, base, negative=True),
+    "the angles pos * omega_i are computed in float32: at large positions they lose digits (about 0.001 rad at "
+    "position 15000); compute them in float64 and cast cos and sin to x.dtype":
+        lambda x, positions=None, base=10000.0: _rope_variant(x, positions, base, angle_dtype=torch.float32),
 }
 
 ROPE_HINTS = {
@@ -406,6 +409,8 @@ def _rope_cases(seed):
         Case(f"{ROPE_PROPERTY}: x (2, 10, {d}), x[0] = q and x[1] = k repeated, positions {start}..{start + 9}",
              (qk, torch.arange(start, start + 10))),
         Case("x (6, 6), base = 100.0, positions 3..8", (r(6, 6), torch.arange(3, 9)), {"base": 100.0}),
+        # large positions: float32 angles lose digits there (the exercise asks for float64 angles)
+        Case("x (1, 6, 32) at large positions 15000..15005", (r(1, 6, 32), torch.arange(15_000, 15_006))),
     ]
 
 
@@ -481,6 +486,9 @@ CHECKS = {
     "apply_rope_hidden": function_check(
         ref.apply_rope, _rope_cases, ("rotated",), ROPE_MISTAKES, ROPE_HINTS, FORBIDDEN, extra=_relative_property,
         categories=("values", "dtype", "device"),
+        # An apply_rope built on the learner's own rotation_matrix is graded apart from it (the reference does not
+        # call it, so a wrong rotation_matrix proven wrong sends the call to a replay round with the right one).
+        callees=("rotation_matrix",),
     ),
 }
 

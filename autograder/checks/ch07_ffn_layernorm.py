@@ -7,8 +7,9 @@
   switches off the union of the forbidden groups for the whole notebook (layer_norm, cross_entropy, nll_loss,
   transformer_layers): so the course's LayerNorm module (given in the notebook) is built on the learner's own
   layer_norm, and EncoderLayer is graded with layer_norm as a callee (a mistake there costs only layer_norm's
-  points). nn.Dropout stays in the modules: they are graded in eval() or with dropout = 0, where it computes
-  nothing. The softmax family is NOT forbidden: label smoothing may use log_softmax (the exercise is the
+  points). nn.Dropout stays in the modules: in eval() or with dropout = 0 it computes nothing; in train() with
+  dropout > 0 the grader draws the masks (runner.seeded_dropout, the same seed for the reference), which shows
+  where the dropout sits and does not need the built-in kernel the guard switches off. The softmax family is NOT forbidden: label smoothing may use log_softmax (the exercise is the
   smoothing and the padding, not the softmax). nn.MultiheadAttention is not forbidden either (its weights would
   not load: the exercise uses the course's MultiHeadAttention of chapter 4); nn.TransformerEncoderLayer is.
 - CHECKS: the hidden check of each graded cell, by grade id.
@@ -62,13 +63,15 @@ LAYER_NORM_HINTS = {
 
 class _FF(ref.FeedForward):
     act = "own"  # own | none | relu | both
+    drop = "hidden"  # hidden | output | none: where the dropout sits (seen in train() mode, runner.seeded_dropout)
 
     def forward(self, x):
         h = self.linear1(x)
         act = (lambda t: F.relu(t) if self.activation == "relu" else F.gelu(t)) if self.act in ("own", "both") else (
             F.relu if self.act == "relu" else (lambda t: t))
         h = act(h)
-        out = self.linear2(self.dropout(h))
+        out = self.linear2(self.dropout(h) if self.drop == "hidden" else h)
+        out = self.dropout(out) if self.drop == "output" else out
         return act(out) if self.act == "both" else out
 
 
@@ -81,6 +84,9 @@ FF_MISTAKES = {
     "hidden layer, linear2(act(linear1(x)))": _ff(act="none"),
     "the activation is also applied after the second linear layer: FFN(x) = linear2(act(linear1(x))), nothing after linear2": _ff(act="both"),
     "the `activation` argument is ignored (always ReLU): use GELU when activation='gelu'": _ff(act="relu"),
+    "the dropout is applied to the output (after linear2) instead of the hidden activations: "
+    "linear2(dropout(act(linear1(x))))": _ff(drop="output"),
+    "no dropout in train() mode: apply self.dropout to the hidden activations, linear2(dropout(act(linear1(x))))": _ff(drop="none"),
 }
 
 FF_HINTS = {
@@ -100,20 +106,31 @@ class _Enc(ref.EncoderLayer):
     no_attn_residual = False
     one_norm = False  # norm1 used for both sub-layers
     norm_at_end = False  # Pre-LN with an extra LayerNorm at the end of every layer
+    branch_dropout = True  # False: dropout1/dropout2 left out of the residual branches (seen in train() mode)
+    dropout_after_add = False  # the dropout applied to the sum x + branch instead of the branch alone
+
+    def _attn_branch(self, x, mask):
+        out, _ = self.self_attn(x, x, x, mask)
+        return self.dropout1(out) if self.branch_dropout and not self.dropout_after_add else out
+
+    def _ff_branch(self, x):
+        out = self.ff(x)
+        return self.dropout2(out) if self.branch_dropout and not self.dropout_after_add else out
 
     def forward(self, x, mask=None):
         if self.invert_mask and mask is not None:
             mask = ~mask
         norm2 = self.norm1 if self.one_norm else self.norm2
         res = 0 if self.no_attn_residual else 1
+        d1, d2 = (self.dropout1, self.dropout2) if self.dropout_after_add else ((lambda t: t),) * 2
         if self.norm_first != self.swap:
-            x = res * x + self._attn_branch(self.norm1(x), mask)
-            x = x + self._ff_branch(norm2(x))
+            x = d1(res * x + self._attn_branch(self.norm1(x), mask))
+            x = d2(x + self._ff_branch(norm2(x)))
             if self.norm_at_end:
                 x = norm2(x)
         else:
-            x = self.norm1(res * x + self._attn_branch(x, mask))
-            x = norm2(x + self._ff_branch(x))
+            x = self.norm1(d1(res * x + self._attn_branch(x, mask)))
+            x = norm2(d2(x + self._ff_branch(x)))
         return x
 
 
@@ -130,6 +147,9 @@ ENC_MISTAKES = {
     "norm1 is used for both sub-layers: the FFN branch has its own LayerNorm, norm2": _enc(one_norm=True),
     "a LayerNorm after the FFN in Pre-LN: the final LayerNorm belongs after the last layer of the stack "
     "(nn.TransformerEncoder's norm), not inside each Pre-LN layer": _enc(norm_at_end=True),
+    "no dropout on the residual branches in train() mode: x + dropout1(attn(...)) and x + dropout2(ff(...))": _enc(branch_dropout=False),
+    "the dropout is applied to the residual sum, dropout(x + branch), which also drops the residual stream: "
+    "drop the branch only, x + dropout(branch)": _enc(dropout_after_add=True),
 }
 
 ENC_HINTS = {
@@ -373,6 +393,9 @@ def _ff_cases(seed):
                    {"d_model": 6, "d_ff": 16, "dropout": 0.5}, (_randn(g, 1, 7, 6),)),
         ModuleCase("train() with dropout = 0.0, d_model = 10, d_ff = 24, GELU, x (2, 3, 10)",
                    {"d_model": 10, "d_ff": 24, "activation": "gelu"}, (_randn(g, 2, 3, 10),), train=True),
+        # train() with dropout: the grader's seeded masks, the same for the reference (runner.seeded_dropout)
+        ModuleCase("train() with dropout = 0.5 (the grader's dropout masks), d_model = 8, d_ff = 24, x (2, 5, 8)",
+                   {"d_model": 8, "d_ff": 24, "dropout": 0.5}, (_randn(g, 2, 5, 8),), train=True),
     ]
 
 
@@ -392,6 +415,12 @@ def _enc_cases(seed):
         ModuleCase("Pre-LN (norm_first=True), d_model = 16, 4 heads, d_ff = 32, dropout = 0.3 in eval(), x (2, 5, 16), "
                    "causal mask (5, 5)", {"d_model": 16, "n_heads": 4, "d_ff": 32, "dropout": 0.3, "norm_first": True},
                    (_randn(g, 2, 5, 16),), {"mask": causal}),
+        ModuleCase("Post-LN, train() with dropout = 0.4 (the grader's dropout masks), d_model = 8, 2 heads, d_ff = 16, "
+                   "x (3, 6, 8), padding mask (3, 1, 1, 6)", {"d_model": 8, "n_heads": 2, "d_ff": 16, "dropout": 0.4},
+                   (_randn(g, 3, 6, 8),), {"mask": padding}, train=True),
+        ModuleCase("Pre-LN, train() with dropout = 0.4 (the grader's dropout masks), d_model = 8, 2 heads, d_ff = 16, "
+                   "x (2, 5, 8), causal mask (5, 5)", {"d_model": 8, "n_heads": 2, "d_ff": 16, "dropout": 0.4, "norm_first": True},
+                   (_randn(g, 2, 5, 8),), {"mask": causal}, train=True),
     ]
 
 

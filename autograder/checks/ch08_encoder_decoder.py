@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from autograder.checks import builtins
+from autograder.checks import Optim, builtins
 from autograder.checks import Case, ModuleCase, Returned, function_check, generator, grader_weights, module_check
 from autograder.checks.cases import Model
 from solutions import ch08_encoder_decoder as ref
@@ -49,6 +49,7 @@ class _Dec(ref.DecoderLayer):
     post_ln_always = False
     norm_on_branch = False  # x + norm(sublayer(x)) instead of norm(x + sublayer(x))
     cross_first = False
+    branch_dropout = True  # False: dropout1..3 left out of the residual branches (seen in train() mode)
 
     def _masks(self, tgt_mask, memory_mask):
         if self.invert_masks:
@@ -66,9 +67,11 @@ class _Dec(ref.DecoderLayer):
         def cross_block(y):
             return self.cross_attn(y, kv(y), kv(y), memory_mask)[0]
 
+        drops = (self.dropout1, self.dropout2, self.dropout3) if self.branch_dropout else ((lambda t: t),) * 3
         blocks = [(self_block, self.norm1), (cross_block, self.norm2), (self.ff, self.norm3)]
         if self.cross_first:
             blocks[0], blocks[1] = (cross_block, self.norm1), (self_block, self.norm2)
+        blocks = [((lambda y, b=b, d=d: d(b(y))), n) for (b, n), d in zip(blocks, drops)]
         for block, norm in blocks:
             if self.norm_first and not self.post_ln_always:
                 x = x + block(norm(x))
@@ -100,6 +103,8 @@ DECODER_MISTAKES = {
     "norm(x + sublayer(x))": _dec(norm_on_branch=True),
     "the sub-layers are in the wrong order (cross-attention before self-attention): self-attention, then "
     "cross-attention, then the feed-forward network": _dec(cross_first=True),
+    "no dropout on the residual branches in train() mode: each sub-layer's output goes through its dropout "
+    "(dropout1, dropout2, dropout3) before the residual add": _dec(branch_dropout=False),
 }
 
 DECODER_HINTS = {
@@ -158,14 +163,14 @@ COUNT_HINTS = {
 
 @torch.no_grad()
 def _greedy(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None, *, stop="all", fill=True, keep_bos=True,
-            position=-1, use_mask=True, fill_with_eos=False):
+            position=-1, use_mask=True, fill_with_eos=False, mask_to="both"):
     fill_id = eos_id if (pad_id is None or fill_with_eos) else pad_id
     mask = src_mask if use_mask else None
-    memory = model.encode(src, mask)
+    memory = model.encode(src, mask if mask_to in ("both", "encode") else None)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     for _ in range(max_len):
-        next_tok = model.decode(ys, memory, mask)[:, position].argmax(-1)
+        next_tok = model.decode(ys, memory, mask if mask_to in ("both", "decode") else None)[:, position].argmax(-1)
         if fill:
             next_tok = torch.where(finished, torch.full_like(next_tok, fill_id), next_tok)
         ys = torch.cat([ys, next_tok[:, None]], dim=1)
@@ -184,7 +189,8 @@ def _greedy_variant(**kw):
 GREEDY_MISTAKES = {
     "finished rows keep emitting tokens after </s>: once a row has produced eos_id, fill its later positions with "
     "pad_id (eos_id when pad_id is None)": _greedy_variant(fill=False),
-    "src_mask is not passed on: encode and decode both need it, or the padded source positions are attended":
+    "src_mask is not passed on (to model.encode, model.decode, or both): encode and decode both need it, or the "
+    "padded source positions are attended":
         _greedy_variant(use_mask=False),
     "the next token is read from the first position's logits: the prediction for the next token is at the LAST "
     "position, logits[:, -1]": _greedy_variant(position=0),
@@ -211,9 +217,9 @@ GREEDY_HINTS = {
 
 
 def _train(model, src, tgt, src_mask, pad_id, eps=0.0, lr=0.1, steps=1, optimizer=None, *, shift="right", ignore=True,
-           smoothing=True, zero_grad=True, reduction="mean", pad_is_zero=False):
+           smoothing=True, zero_grad=True, reduction="mean", pad_is_zero=False, own_optimizer=False):
     import torch.nn.functional as F
-    optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=lr)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr) if own_optimizer or optimizer is None else optimizer
     if shift == "right":
         dec_in, labels = tgt[:, :-1], tgt[:, 1:]
     else:  # the labels are the decoder's own inputs
@@ -249,6 +255,8 @@ TRAIN_MISTAKES = {
     "the gradients are never cleared: call optimizer.zero_grad() in every step, or the second step adds the first "
     "step's gradients to its own": _train_variant(zero_grad=False),
     "the loss is summed over the positions instead of averaged over the real (non-padding) labels": _train_variant(reduction="sum"),
+    "the optimizer it is given is ignored (a new SGD is made every call): step the `optimizer` argument when one is "
+    "given, and make SGD(model.parameters(), lr=lr) only when it is None": _train_variant(own_optimizer=True),
 }
 
 TRAIN_HINTS = {
@@ -290,6 +298,15 @@ def _decoder_cases(seed):
         ModuleCase("Pre-LN, d_model = 16, 2 heads, d_ff = 16: x (2, 3, 16), memory (2, 5, 16), causal mask (3, 3), "
                    "memory padding mask (2, 1, 1, 5)", {"d_model": 16, "n_heads": 2, "d_ff": 16, "norm_first": True},
                    (r(2, 3, 16), r(2, 5, 16), torch.ones(3, 3, dtype=torch.bool).tril(), _lengths_mask([2, 5], 5))),
+        # train() with dropout: the grader's seeded masks, the same for the reference (runner.seeded_dropout)
+        ModuleCase("Post-LN, train() with dropout = 0.4 (the grader's dropout masks), d_model = 8, 2 heads, d_ff = 16: "
+                   "x (2, 5, 8), memory (2, 7, 8), causal mask (5, 5), memory padding mask (2, 1, 1, 7)",
+                   {"d_model": 8, "n_heads": 2, "d_ff": 16, "dropout": 0.4},
+                   (r(2, 5, 8), r(2, 7, 8), causal5, _lengths_mask([7, 3], 7)), train=True),
+        ModuleCase("Pre-LN, train() with dropout = 0.4 (the grader's dropout masks), d_model = 12, 3 heads, d_ff = 20: "
+                   "x (3, 4, 12), memory (3, 6, 12), causal AND target padding mask (3, 1, 4, 4), memory padding mask (3, 1, 1, 6)",
+                   {"d_model": 12, "n_heads": 3, "d_ff": 20, "norm_first": True, "dropout": 0.4},
+                   (r(3, 4, 12), r(3, 6, 12), both, _lengths_mask([6, 2, 4], 6)), train=True),
     ]
 
 
@@ -464,6 +481,15 @@ def _train_cases(seed):
         cases.append(Case(f"ToyTranslator{tuple(init.values())}: {label}",
                           (Model("ToyTranslator", init, state, train=True, state_after=True), src, tgt, mask, pad_id),
                           {"eps": eps, "lr": lr, "steps": steps}))
+    # The optimizer argument: Adam (stateful, its steps differ from SGD's at any lr), built on the model's parameters
+    init = {"src_vocab": 9, "tgt_vocab": 10, "d_model": 8, "n_heads": 2}
+    state = grader_weights(ref.ToyTranslator(**init), g)
+    src, mask = torch.randint(3, init["src_vocab"], (2, 5), generator=g), _lengths_mask([5, 3], 5)
+    tgt = target_batch(g, [4, 2], 7, init["tgt_vocab"], 0)
+    cases.append(Case(f"ToyTranslator{tuple(init.values())}: 2 sources (2, 5), targets (2, 7) padded with pad_id 0, "
+                      "eps 0.1, 3 steps of the optimizer it is given, Adam(lr=0.05) (lr=0.5 is for the SGD made without one)",
+                      (Model("ToyTranslator", init, state, train=True, state_after=True), src, tgt, mask, 0),
+                      {"eps": 0.1, "lr": 0.5, "steps": 3, "optimizer": Optim("Adam", {"lr": 0.05})}))
     return cases
 
 

@@ -348,6 +348,11 @@ def _cache_cases(seed):
              (torch.randn(1, h, 5, d_k, generator=g), torch.randn(1, h, 5, d_k, generator=g), 5, 1, 1, 1, 1, 1)),
         Case(f"one chunk of 3, max_len 8: k, v (3, 2, 3, {d_k})",
              (torch.randn(3, 2, 3, d_k, generator=g), torch.randn(3, 2, 3, d_k, generator=g), 8, 3)),
+        # The contract's "If the cache is full, raise RuntimeError" (the visible check asks the same): a cache that
+        # grows by torch.cat past max_len instead of writing into its preallocated buffers does not raise.
+        Case(f"a prompt of 3, then 2 tokens at once, into KVCache(max_len=4): k, v (1, {h}, 5, {d_k})",
+             (torch.randn(1, h, 5, d_k, generator=g), torch.randn(1, h, 5, d_k, generator=g), 4, 3, 2),
+             raises=RuntimeError, why="the cache is full: 3 cached + 2 new > max_len 4"),
     ]
 
 

@@ -215,14 +215,18 @@ def module_check(reference_cls, cases_fn, names, mistakes=None, error_hints=None
         cases = cases_fn(seed)
         for i, c in enumerate(cases):
             state = grader_weights(reference_cls(**c.init), generator(seed, case_salt(salt, i)))
+            # train(): dropout masks drawn by the grader from one seed, the same for the learner and the reference
+            masks = seed * 1009 + i if c.train else None
             for d in DTYPES:
                 moved = Case(c.label, c.inputs, c.kwargs).to(d)
                 calls.append(Call(f"{c.label}, {str(d).replace('torch.', '')}, device {device}", moved.args, moved.kwargs, device, d,
-                                  module={"init": c.init, "state": {k: v.to(d) for k, v in state.items()}, "train": c.train}))
+                                  module={"init": c.init, "state": {k: v.to(d) for k, v in state.items()}, "train": c.train},
+                                  dropout_seed=masks))
             if meta:
                 moved = Case(c.label, c.inputs, c.kwargs).to(torch.float32)
                 calls.append(Call(f"{c.label}, on device 'meta'", moved.args, moved.kwargs, "meta", torch.float32,
-                                  module={"init": c.init, "state": {k: v.float() for k, v in state.items()}, "train": c.train}))
+                                  module={"init": c.init, "state": {k: v.float() for k, v in state.items()}, "train": c.train},
+                                  dropout_seed=masks))
         return calls
 
     def run_class(cls, call, inputs=None):
@@ -230,7 +234,8 @@ def module_check(reference_cls, cases_fn, names, mistakes=None, error_hints=None
         args, kwargs = inputs or call.inputs(functions)
         if call.device == "meta":
             module.to("meta")
-        return module(*args, **kwargs)
+        with runner.seeded_dropout(call.dropout_seed):
+            return module(*args, **kwargs)
 
     def reference_call(call, inputs=None):
         return run_class(reference_cls, call, inputs)

@@ -77,6 +77,8 @@ def decode_arg(spec, arrays, device, namespace=None):
         if not callable(fn):
             raise NameError(f"{spec['function']} is not defined (did its cell run without errors?)")
         return fn
+    if "optimizer" in spec:
+        return _PendingOptimizer(spec["optimizer"])  # built by bind_optimizers, once its model is built
     if "model" in spec:
         name = spec["model"]["class"]
         cls = (namespace or {}).get(name)
@@ -85,6 +87,30 @@ def decode_arg(spec, arrays, device, namespace=None):
         module, _ = _build_module(cls, spec["model"], arrays, device)
         return module
     return spec["value"]
+
+
+OPTIMIZERS = ("SGD", "Adam", "AdamW")  # what an Optim argument may name (cases.Optim)
+
+
+class _PendingOptimizer:
+    def __init__(self, spec):
+        self.spec = spec
+
+
+def bind_optimizers(args, kwargs):
+    """args, kwargs with each optimizer argument built: torch.optim.<name>(parameters of the model that is
+    positional argument `model`, **settings) (see cases.Optim)."""
+    import torch
+
+    def build(a):
+        if not isinstance(a, _PendingOptimizer):
+            return a
+        name, settings, index = a.spec["name"], dict(a.spec["settings"]), int(a.spec["model"])
+        if name not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {name}")
+        return getattr(torch.optim, name)(args[index].parameters(), **settings)
+
+    return [build(a) for a in args], {k: build(v) for k, v in kwargs.items()}
 
 
 def _state_after(out, call, args, kwargs):
@@ -449,6 +475,54 @@ def _unchanged(before, tensor):
                                              and torch.equal(now.nan_to_num(), before.nan_to_num())))
 
 
+class seeded_dropout:
+    """Within this context, F.dropout (what nn.Dropout calls) draws its masks on the CPU and moves them to the
+    input's device: the grader's own dropout, the same in the sandbox and in the judge, on any device. The k-th
+    call on a tensor of a given shape draws from a generator seeded by (seed, shape, k): a module compared in
+    train() mode with the reference under the same seed gets the same masks wherever its structure is right
+    (dropout on the same tensors, in the same order), and different ones where it drops the wrong tensor or
+    reuses one mask; a sublayer replaced by its recorded result (a callee, see judge.compose) does not shift the
+    masks of tensors of other shapes. Nothing here is the built-in dropout kernel, so it runs where the guard
+    switches that off. seed None: F.dropout unchanged."""
+
+    def __init__(self, seed):
+        self.seed, self.original = seed, None
+
+    def __enter__(self):
+        if self.seed is None:
+            return self
+        import torch
+        import torch.nn.functional as F
+
+        seed, drawn = int(self.seed), {}  # shape -> how many masks of that shape were drawn
+
+        def dropout(input, p=0.5, training=True, inplace=False):
+            if not training or p == 0:
+                return input
+            shape = tuple(input.shape)
+            k = drawn[shape] = drawn.get(shape, -1) + 1
+            key = seed
+            for n in (*shape, len(shape), k):
+                key = (key * 1000003 + n) % (1 << 61)
+            g = torch.Generator().manual_seed(key)
+            keep = torch.rand(shape, generator=g, dtype=torch.float64) >= p  # (same shape as input), CPU
+            out = input * keep.to(device=input.device, dtype=input.dtype) / (1 - p) if p < 1 else input * 0
+            if inplace:
+                return input.copy_(out)
+            return out
+
+        self.original = F.dropout
+        F.dropout = dropout
+        return self
+
+    def __exit__(self, *exc):
+        if self.original is not None:
+            import torch.nn.functional as F
+
+            F.dropout, self.original = self.original, None
+        return False
+
+
 def _build_module(cls, spec, arrays, device):
     """The learner's nn.Module, built with the grader's constructor arguments and weights."""
     import torch
@@ -533,6 +607,7 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
     try:
         args = [decode_arg(a, arrays, device, namespace) for a in call["args"]]
         kwargs = {k: decode_arg(a, arrays, device, namespace) for k, a in call["kwargs"].items()}
+        args, kwargs = bind_optimizers(args, kwargs)
         for i in grad_wrt:
             args[i] = args[i].detach().clone().requires_grad_(True)
         before = [a.detach().clone() if isinstance(a, torch.Tensor) and a.device.type != "meta" else None for a in args]
@@ -553,7 +628,7 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
         target = fn
         if "module" in call:
             target, record["weights_kept"] = _build_module(fn, call["module"], arrays, device)
-        with observe_fn, observe_aten:
+        with observe_fn, observe_aten, seeded_dropout(call.get("dropout_seed")):
             out = target(*args, **kwargs)
             grads = gradients(args, grad_wrt, out, int(call.get("grad_seed", 0))) if grad_wrt else None
         out = _state_after(out, call, args, kwargs)

@@ -228,6 +228,11 @@ def expect_meta(fn, *args, shape, what, index=None, **kwargs):
             return  # code that reads values (.tolist(), .item(), ...) cannot run on 'meta': no device mistake shown
         raise CheckFailed(f"{name} fails when its inputs are on another device ('meta'): NotImplementedError: {exc}") from None
     except Exception as exc:
+        if isinstance(exc, TypeError) and "unexpected keyword argument" in str(exc):
+            # not a 'meta' limitation: the call itself is refused (e.g. no `device` parameter), as it is when graded
+            given = ", ".join(f"{k}=..." for k in kwargs) or "these arguments"
+            raise CheckFailed(f"{what}: {name} raised TypeError: {exc}\nKeep the signature the exercise gives: the grader "
+                              f"calls it with {given} too.") from None
         if not watch.mixed and not meta_failure_is_device_mistake(f"{type(exc).__name__}: {exc}"):
             return  # cannot tell on 'meta' (values are needed, or another error the value checks above see)
         raise CheckFailed(

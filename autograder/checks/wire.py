@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from autograder.checks.cases import ALLOWED_DTYPES, Dev, Fn, Model, Seeded
+from autograder.checks.cases import ALLOWED_DTYPES, Dev, Fn, Model, Optim, Seeded
 
 
 # --- Calls into the sandbox ----------------------------------------------------------------------------
@@ -33,6 +33,8 @@ def encode_calls(calls):
             return {"function": a.name}
         if isinstance(a, torch.dtype):
             return {"dtype": str(a).replace("torch.", "")}
+        if isinstance(a, Optim):
+            return {"optimizer": {"name": a.name, "settings": dict(a.settings), "model": int(a.model)}}
         if isinstance(a, Model):
             dtype = next((v.dtype for v in a.state.values() if v.is_floating_point()), torch.float32)
             return {"model": {"class": a.name, "init": {k: spec(v, "cpu") for k, v in a.init.items()},
@@ -56,6 +58,8 @@ def encode_calls(calls):
         entry = {"device": c.device, "args": [spec(a, c.device) for a in c.args], "kwargs": {k: spec(v, c.device) for k, v in c.kwargs.items()}}
         if c.grad_wrt:
             entry["grad_wrt"], entry["grad_seed"] = list(c.grad_wrt), c.grad_seed
+        if c.dropout_seed is not None:
+            entry["dropout_seed"] = int(c.dropout_seed)
         if c.module is not None:
             entry["module"] = {
                 "init": {k: spec(v, "cpu") for k, v in c.module["init"].items()},
