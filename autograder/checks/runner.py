@@ -740,7 +740,10 @@ def _functions_of(obj):
                 return
             if isinstance(f, types.FunctionType):
                 found.append(f)
-            f = getattr(f, "__wrapped__", None) if not isinstance(f, type) else None
+            try:  # read from the instance's own dict: getattr on torch's op objects would look an op up
+                f = None if isinstance(f, type) else vars(f).get("__wrapped__")
+            except TypeError:
+                f = None
 
     if isinstance(obj, type):
         for value in vars(obj).values():
@@ -757,6 +760,38 @@ def _code_names(code):
         if hasattr(const, "co_names"):
             names |= _code_names(const)
     return names
+
+
+def _switched(obj, found):
+    """Is every function of obj (a function with what it wraps, a class's methods) in `found`?"""
+    functions = _functions_of(obj) if obj is not None else []
+    return bool(functions) and all(f in found for f in functions)
+
+
+def _readers_in_source(module, candidates):
+    """{helper: the top-level functions and classes of the module whose code names it (None among them: module-level
+    code does)}, read from the module's source (much faster than walking every code object of torch._refs)."""
+    import re
+
+    try:
+        with open(module.__file__, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError, TypeError):
+        return {}
+    pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, candidates))) + r")\b")
+    top = re.compile(r"(?:async\s+)?(?:def|class)\s+(\w+)")
+    closers = ("#", ")", "]", "}", '"' * 3, "'" * 3)
+    users, current = {}, None
+    for line in lines:
+        if line and not line[0].isspace():
+            found = top.match(line)
+            if found:
+                current = found.group(1)
+            elif not line.startswith(closers):
+                current = None  # module-level code (a decorator, an assignment) until the next def or class
+        for name in pattern.findall(line.split("#", 1)[0]):
+            users.setdefault(name, set()).add(current)
+    return users
 
 
 def python_implementations(names, idle_identity=()):
@@ -781,21 +816,22 @@ def python_implementations(names, idle_identity=()):
             __import__(_LAZY_MODULES[name])
         except Exception:
             pass
-    serves = {}  # id(function) -> the op names it is registered for, across the tables
+    serves = {}  # id(what a table holds) -> the op names it is registered for, across the tables
     registered = []
     tables = dict(getattr(torch._decomp, "global_decomposition_table", {}))
     for table in tables.values():
         for op, fn in list(table.items()):
             packet = getattr(op, "overloadpacket", None)
             op_name = packet.__name__ if packet is not None else getattr(op, "__name__", "")
-            for f in _functions_of(fn):
-                serves.setdefault(id(f), set()).add(op_name)
-                if op_name in names:
-                    registered.append((f, op_name))
+            serves.setdefault(id(fn), set()).add(op_name)
+            if op_name in names:
+                registered.append((fn, op_name))
     found = {}
-    for f, op_name in registered:
-        if serves[id(f)] <= names:
-            found.setdefault(f, op_name)
+    for fn, op_name in registered:
+        if serves[id(fn)] <= names:
+            for f in _functions_of(fn):
+                if serves.get(id(f), names) <= names:
+                    found.setdefault(f, op_name)
     hop_modules = set()
     for name in names:
         hop = getattr(torch._ops, "_higher_order_ops", {}).get(name)
@@ -810,11 +846,11 @@ def python_implementations(names, idle_identity=()):
     modules = [m for n, m in list(sys.modules.items()) if m is not None and n.startswith(IMPLEMENTATION_PACKAGES)]
     for module in modules:
         space = getattr(module, "__dict__", {})
-        for name in names & set(space):
+        for name in [n for n in names if n in space]:
             obj = space[name]
             if name in idle_identity and obj is getattr(F, name, None):
                 continue
-            if isinstance(obj, (type, types.FunctionType)) or hasattr(obj, "__wrapped__"):
+            if isinstance(obj, (type, types.FunctionType)) or "__wrapped__" in getattr(obj, "__dict__", {}):
                 for f in _functions_of(obj):
                     if serves.get(id(f), set()) <= names:
                         found.setdefault(f, name)
@@ -822,28 +858,25 @@ def python_implementations(names, idle_identity=()):
     by_module = {}
     for f, name in found.items():
         by_module.setdefault(f.__module__, []).append(f)
-    for module_name in by_module:
+    for module_name, switched in by_module.items():
         module = sys.modules.get(module_name)
-        if module is None:
+        if module is None or not getattr(module, "__file__", None):
             continue
-        users = {}  # helper name -> functions of this module that read it
-        for value in list(vars(module).values()):
-            for f in (_functions_of(value) if isinstance(value, (types.FunctionType, type)) else ()):
-                if getattr(f, "__module__", None) == module_name:
-                    for read in _code_names(f.__code__):
-                        users.setdefault(read, []).append(f)
+        space = vars(module)
+        candidates = {n for n, v in space.items() if isinstance(v, types.FunctionType) and v.__module__ == module_name
+                      and (n.startswith("_") or module_name in hop_modules) and not n.startswith("__")}
+        if not set().union(*(_code_names(f.__code__) for f in switched)) & candidates:
+            continue  # no helper of this module to consider
+        users = _readers_in_source(module, candidates)  # helper -> top-level names whose code reads it (None: module code)
         changed = True
         while changed:
             changed = False
             for helper, readers in users.items():
-                obj = vars(module).get(helper)
-                private = helper.startswith("_") or module_name in hop_modules
-                if not private or helper.startswith("__") or not isinstance(obj, types.FunctionType):
+                obj, others = space[helper], readers - {helper}
+                if obj in found or serves.get(id(obj), set()) - names or None in others or not others:
                     continue
-                if obj in found or getattr(obj, "__module__", None) != module_name or serves.get(id(obj), set()) - names:
-                    continue
-                if all(r in found for r in readers):
-                    found[obj] = found[readers[0]]
+                if all(_switched(space.get(r), found) for r in others):
+                    found[obj] = next(found[f] for f in _functions_of(space[min(others)]) if f in found)
                     changed = True
     return found
 
