@@ -759,3 +759,54 @@ def test_a_cell_that_times_out_at_its_memory_limit_is_told_so(was_full, oom_kill
     assert "a cell ran past the time limit (0.2 s)" in outcome.detail, outcome.detail
     assert ("went over their memory limit (2 GiB)" in outcome.detail) == says_memory, outcome.detail
     assert ("stopped 2 of them" in outcome.detail) == bool(oom_kills), outcome.detail
+
+
+# --- torch's own implementations of a forbidden built-in, through the real CLI (issue 31) ----------------------
+# Each route puts torch's Python implementation of softmax behind a helper in a cell of its own (which the static
+# reading of the exercise does not read), so only the sandbox's guard stands between it and the points. Each earned
+# stable_softmax's points on the guard that only switched kernels off.
+
+EVASION_HELPER = "import operator, types, marshal, importlib.util, torch\n_get = operator.attrgetter\n_p = '_'\n"
+EVASION_ROUTES = {
+    "refs-softmax-attrgetter": "_helper = _get(_p + 'refs.soft' + 'max')(torch)\n",
+    "decomposition-table": "_table = _get(_p + 'decomp.decomposition_table')(torch)\n_op = _get('ops.aten.' + _p + 'softmax.default')(torch)\n"
+                           "def _helper(x, dim):\n    return _table[_op](x, dim, False)\n",
+    "categorical-logits": "def _helper(x, dim):\n    d = torch.distributions.Categorical(logits=x.movedim(dim, -1))\n"
+                          "    return d.logits.exp().movedim(-1, dim)\n",
+    "revived-from-pyc": "_m = _get(_p + 'refs')(torch)\n_code = marshal.loads(open(importlib.util.cache_from_source(_m.__file__), 'rb').read()[16:])\n"
+                        "_code = next(c for c in _code.co_consts if getattr(c, 'co_name', None) == 'soft' + 'max')\n"
+                        "_f = types.FunctionType(_code, vars(_m), 'mine')\n"
+                        "def _helper(x, dim):\n    return _f(x, dim, dtype=None)\n",
+}
+
+
+def evasion_corpus():
+    honest = reference_nb()
+    corpus = {"evasion-honest": honest}
+    for name, helper in EVASION_ROUTES.items():
+        nb = with_cell(reference_nb(), "stable_softmax", lambda s: "def stable_softmax(x, dim=-1):\n    return _helper(x, dim)\n")
+        corpus[f"evasion-{name}"] = add_cell(nb, EVASION_HELPER + helper, after="imports")
+    return corpus
+
+
+@pytest.fixture(scope="module")
+def evasion_batch(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evasion-submissions")
+    workdir = tmp_path_factory.mktemp("evasion-grading")
+    for student, nb in evasion_corpus().items():
+        path = root / student / CHAPTER / "exercises.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(nb, path)
+    result = run_python("-m", "autograder", "grade", str(root), "--workdir", str(workdir), "--device", "cpu", "--seed", "5", timeout=900)
+    return dict(rows=read_summary(workdir), result=result)
+
+
+@pytest.mark.parametrize("route", list(EVASION_ROUTES))
+def test_torchs_own_softmax_earns_nothing_through_the_cli(evasion_batch, route):
+    rows, student = evasion_batch["rows"], f"evasion-{route}"
+    assert student in rows and "evasion-honest" in rows, f"missing from summary.csv:\n{evasion_batch['result'].stdout[-2000:]}"
+    honest = rows["evasion-honest"]
+    assert score(rows, "evasion-honest") == FULL, messages(rows, "evasion-honest")
+    lost = {c for c in rows[student] if c and float(rows[student][c]["score"]) < float(honest[c]["score"])}
+    assert lost and all(c.startswith("stable_softmax") for c in lost), f"{route}: lost {lost}; messages: {messages(rows, student)}"
+    assert score(rows, student) == FULL - 3.0, f"{route}: scored {score(rows, student)}; messages: {messages(rows, student)}"

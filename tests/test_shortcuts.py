@@ -58,3 +58,36 @@ def test_group_static_names_refuse_the_built_in_and_leave_honest_attributes_alon
     layer_norm = builtins.shortcut_names("layer_norm")
     assert shortcuts.scan("y = F.layer_norm(x, (d,))", layer_norm)
     assert shortcuts.scan("y = layer_norm(x, w, b)", layer_norm) == []  # the learner's own function, by name
+
+
+# Computed access to torch's or Python's namespaces (issue 31): noted. A learner's own objects: never.
+COMPUTED_NAMESPACE = [
+    "y = operator.attrgetter('_refs.soft' + 'max')(torch)(x, -1)",
+    "from operator import attrgetter\nf = attrgetter('_refs.soft' + 'max')(torch)",
+    "import functools\nf = functools.reduce(getattr, ['_refs', 'soft' + 'max'], torch)",
+    "import builtins\nf = builtins.getattr(torch, n)",
+    "f = vars(torch)[n]",
+    "f = vars()[n]",
+    "f = torch.__dict__[n]",
+    "import sys\nf = sys.modules['torch._re' + 'fs'].softmax",
+    "f = getattr(torch, n)",
+    "t = torch\nf = getattr(t, 'soft' + 'max')",
+    "f = getattr(__import__('torch'), n)",
+]
+OWN_OBJECTS = [
+    "class Layer(nn.Module):\n    def forward(self, x):\n        for i in range(2):\n            x = getattr(self, f'norm{i}')(x)\n        return x",
+    "h = self.__dict__['w']",
+    "state = {k: v for k, v in vars(self).items() if not k.startswith('_')}",
+    "y = getattr(layer, name)(x)",
+    "blocks = [getattr(model, f'block{i}') for i in range(3)]",
+]
+
+
+@pytest.mark.parametrize("source", COMPUTED_NAMESPACE)
+def test_computed_access_to_a_namespace_is_noted(source):
+    assert shortcuts.scan(source, ("softmax",)), f"not noted:\n{source}"
+
+
+@pytest.mark.parametrize("source", OWN_OBJECTS)
+def test_computed_access_to_the_learners_own_objects_is_not_noted(source):
+    assert shortcuts.scan(source, ("softmax",)) == [], source

@@ -67,7 +67,13 @@ SOFTMAX = Group(
                  "special_log_softmax", "_masked_softmax"),
     aten_ops=("softmax", "_softmax", "_safe_softmax", "_log_softmax", "log_softmax", "special_softmax",
               "special_log_softmax", "_masked_softmax", "_sparse_softmax", "_sparse_log_softmax"),
-    labels={"_softmax": "torch._softmax / aten._softmax", "_safe_softmax": "torch._safe_softmax / aten._safe_softmax",
+    # torch's distributions over classes normalise their logits themselves (logits - logits.logsumexp(-1)): a
+    # log_softmax of torch's own. torch.logsumexp itself stays allowed (exp(x - logsumexp(x)) is the learner's code).
+    python=("Categorical", "OneHotCategorical", "ExpRelaxedCategorical", "RelaxedOneHotCategorical", "Multinomial"),
+    labels={"Categorical": "torch.distributions.Categorical", "OneHotCategorical": "torch.distributions.OneHotCategorical",
+            "ExpRelaxedCategorical": "torch.distributions.ExpRelaxedCategorical",
+            "RelaxedOneHotCategorical": "torch.distributions.RelaxedOneHotCategorical",
+            "Multinomial": "torch.distributions.Multinomial","_softmax": "torch._softmax / aten._softmax", "_safe_softmax": "torch._safe_softmax / aten._safe_softmax",
             "log_softmax": "log_softmax", "_log_softmax": "log_softmax", "special_log_softmax": "log_softmax",
             "_sparse_log_softmax": "log_softmax", "special_softmax": "torch.special.softmax",
             "_masked_softmax": "torch._masked_softmax", "_sparse_softmax": "torch.sparse.softmax"},
@@ -84,6 +90,9 @@ ATTENTION = Group(
               "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
               "_efficient_attention_forward", "_flash_attention_forward", "_cudnn_attention_forward",
               "_scaled_dot_product_attention_math_for_mps", "_triton_scaled_dot_attention", "_fused_sdp_choice"),
+    # Flex attention computes the same (its eager path is a higher-order operator's Python kernel).
+    python=("flex_attention", "flex_attention_backward"),
+    labels={"flex_attention": "torch.nn.attention.flex_attention", "flex_attention_backward": "torch.nn.attention.flex_attention"},
 )
 
 MULTI_HEAD_ATTENTION = Group(
@@ -93,8 +102,10 @@ MULTI_HEAD_ATTENTION = Group(
     # The fused encoder layer computes multi-head attention inside (it was in this family before the groups):
     # shared with TRANSFORMER_LAYERS, so it identifies neither group (see groups_touched).
     aten_ops=("_native_multi_head_attention", "_triton_multi_head_attention", "_transformer_encoder_layer_fwd"),
-    python=("multi_head_attention_forward",),
+    # The class too: torch.ao.nn.quantizable.MultiheadAttention computes it in Python, from Linear layers and softmax.
+    python=("multi_head_attention_forward", "MultiheadAttention"),
     modules=("MultiheadAttention",),
+    labels={"MultiheadAttention": "nn.MultiheadAttention"},
 )
 
 RECURRENT = Group(
@@ -104,8 +115,11 @@ RECURRENT = Group(
     aten_ops=("rnn_tanh", "rnn_relu", "rnn_tanh_cell", "rnn_relu_cell", "lstm", "lstm_cell", "_thnn_fused_lstm_cell",
               "gru", "gru_cell", "_thnn_fused_gru_cell", "_cudnn_rnn", "miopen_rnn", "mkldnn_rnn_layer",
               "quantized_lstm_cell", "quantized_gru_cell", "quantized_rnn_tanh_cell", "quantized_rnn_relu_cell"),
+    # The classes too: torch.ao.nn.quantizable.LSTMCell computes an LSTM cell in Python from Linear layers.
+    python=("RNN", "RNNCell", "LSTM", "LSTMCell", "GRU", "GRUCell", "RNNBase", "RNNCellBase"),
     modules=("RNN", "RNNCell", "LSTM", "LSTMCell", "GRU", "GRUCell"),
-    labels={"rnn_tanh": "nn.RNN", "rnn_relu": "nn.RNN", "rnn_tanh_cell": "nn.RNNCell", "rnn_relu_cell": "nn.RNNCell",
+    labels={"RNN": "nn.RNN", "RNNCell": "nn.RNNCell", "LSTM": "nn.LSTM", "LSTMCell": "nn.LSTMCell", "GRU": "nn.GRU",
+            "GRUCell": "nn.GRUCell", "RNNBase": "nn.RNN / nn.LSTM / nn.GRU", "RNNCellBase": "nn.RNNCell / nn.LSTMCell / nn.GRUCell","rnn_tanh": "nn.RNN", "rnn_relu": "nn.RNN", "rnn_tanh_cell": "nn.RNNCell", "rnn_relu_cell": "nn.RNNCell",
             "quantized_rnn_tanh_cell": "nn.RNNCell", "quantized_rnn_relu_cell": "nn.RNNCell", "lstm": "nn.LSTM",
             "lstm_cell": "nn.LSTMCell", "_thnn_fused_lstm_cell": "nn.LSTMCell", "quantized_lstm_cell": "nn.LSTMCell",
             "gru": "nn.GRU", "gru_cell": "nn.GRUCell", "_thnn_fused_gru_cell": "nn.GRUCell", "quantized_gru_cell": "nn.GRUCell",
@@ -140,9 +154,11 @@ LAYER_NORM = Group(
 CROSS_ENTROPY = Group(
     "cross_entropy",
     label="F.cross_entropy / nn.CrossEntropyLoss",
-    torch_names=("cross_entropy",),
-    aten_ops=("cross_entropy_loss",),
-    modules=("CrossEntropyLoss",),
+    torch_names=("cross_entropy", "kl_div"),
+    # F.kl_div(log_probs, q) plus the targets' entropy is the cross-entropy with soft targets (label smoothing's).
+    aten_ops=("cross_entropy_loss", "kl_div"),
+    modules=("CrossEntropyLoss", "KLDivLoss"),
+    labels={"kl_div": "F.kl_div / nn.KLDivLoss"},
 )
 
 NLL_LOSS = Group(

@@ -786,6 +786,215 @@ def install_walls():
         return False
 
 
+# torch's Python-level implementations of an op: where torch keeps them (its reference implementations, its
+# decompositions and their tables, its higher-order operators' eager paths, its nn modules and distributions).
+# Functions and classes there named after a switched-off op, and every function a table registers for one, are
+# switched off in place with the kernels (see python_implementations).
+IMPLEMENTATION_PACKAGES = ("torch._refs", "torch._decomp", "torch._prims", "torch._meta_registrations", "torch._higher_order_ops",
+                           "torch.nn", "torch.ao.nn", "torch.distributions")
+# Loaded before the walk where a switched-off name lives in a module `import torch` does not load.
+_LAZY_MODULES = {"flex_attention": "torch.nn.attention.flex_attention", "flex_attention_backward": "torch.nn.attention.flex_attention"}
+FINGERPRINT_MIN_BYTES = 44  # shorter code (an accessor, `raise NotImplementedError`) recurs in other libraries
+
+
+def _functions_of(obj):
+    """The Python functions behind a callable (its __wrapped__ chain; a class's methods and properties)."""
+    import types
+
+    found, seen = [], set()
+
+    def add(f):
+        while f is not None and id(f) not in seen:
+            seen.add(id(f))
+            if isinstance(f, (staticmethod, classmethod)):
+                f = f.__func__
+                continue
+            if isinstance(f, property):
+                for part in (f.fget, f.fset, f.fdel):
+                    add(part)
+                return
+            if isinstance(f, types.FunctionType):
+                found.append(f)
+            try:  # read from the instance's own dict: getattr on torch's op objects would look an op up
+                f = None if isinstance(f, type) else vars(f).get("__wrapped__")
+            except TypeError:
+                f = None
+
+    if isinstance(obj, type):
+        for value in vars(obj).values():
+            add(value)
+    else:
+        add(obj)
+    return found
+
+
+def _code_names(code):
+    """Every global or attribute name a code object (and the code nested in it) reads."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def _switched(obj, found):
+    """Is every function of obj (a function with what it wraps, a class's methods) in `found`?"""
+    functions = _functions_of(obj) if obj is not None else []
+    return bool(functions) and all(f in found for f in functions)
+
+
+def _readers_in_source(module, candidates):
+    """{helper: the top-level functions and classes of the module whose code names it (None among them: module-level
+    code does)}, read from the module's source (much faster than walking every code object of torch._refs)."""
+    import re
+
+    try:
+        with open(module.__file__, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError, TypeError):
+        return {}
+    pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, candidates))) + r")\b")
+    top = re.compile(r"(?:async\s+)?(?:def|class)\s+(\w+)")
+    closers = ("#", ")", "]", "}", '"' * 3, "'" * 3)
+    users, current = {}, None
+    for line in lines:
+        if line and not line[0].isspace():
+            found = top.match(line)
+            if found:
+                current = found.group(1)
+            elif not line.startswith(closers):
+                current = None  # module-level code (a decorator, an assignment) until the next def or class
+        for name in pattern.findall(line.split("#", 1)[0]):
+            users.setdefault(name, set()).add(current)
+    return users
+
+
+def python_implementations(names, idle_identity=()):
+    """{function: op name} of torch's Python-level implementations of the ops and classes `names`, found in torch itself:
+    - every function a decomposition or meta table registers for one of the ops, unless the same function also
+      serves an op that stays on (a shared helper: switching it off would switch that op off);
+    - the eager kernels of a higher-order operator of that name (flex attention's);
+    - a function or class of that name in IMPLEMENTATION_PACKAGES' modules (torch._refs.softmax, the decompositions'
+      lstm_cell, nn.TransformerDecoderLayer and every method it defines, the quantizable LSTMCell), a function along
+      with every function it wraps; for the ops in `idle_identity`, the public F.<name> stays (its kernel computes
+      nothing when idle, and nn.Dropout in eval relies on that);
+    - a module's private helpers (a leading underscore; in a higher-order operator's module, any helper: its eager
+      math is a public function there) that only these functions of that module use."""
+    import sys
+    import types
+
+    import torch
+
+    names = set(names)
+    for name in names & set(_LAZY_MODULES):
+        try:
+            __import__(_LAZY_MODULES[name])
+        except Exception:
+            pass
+    serves = {}  # id(what a table holds) -> the op names it is registered for, across the tables
+    registered = []
+    tables = dict(getattr(torch._decomp, "global_decomposition_table", {}))
+    for table in tables.values():
+        for op, fn in list(table.items()):
+            packet = getattr(op, "overloadpacket", None)
+            op_name = packet.__name__ if packet is not None else getattr(op, "__name__", "")
+            serves.setdefault(id(fn), set()).add(op_name)
+            if op_name in names:
+                registered.append((fn, op_name))
+    found = {}
+    for fn, op_name in registered:
+        if serves[id(fn)] <= names:
+            for f in _functions_of(fn):
+                if serves.get(id(f), names) <= names:
+                    found.setdefault(f, op_name)
+    hop_modules = set()
+    for name in names:
+        hop = getattr(torch._ops, "_higher_order_ops", {}).get(name)
+        if hop is None:
+            continue
+        hop_modules.add(type(hop).__module__)
+        kernels = list((getattr(hop, "py_kernels", None) or {}).values()) + list((getattr(hop, "python_key_table", None) or {}).values())
+        for kernel in kernels:
+            for f in _functions_of(kernel):
+                found.setdefault(f, name)
+    F = torch.nn.functional
+    modules = [m for n, m in list(sys.modules.items()) if m is not None and n.startswith(IMPLEMENTATION_PACKAGES)]
+    for module in modules:
+        space = getattr(module, "__dict__", {})
+        for name in [n for n in names if n in space]:
+            obj = space[name]
+            if name in idle_identity and obj is getattr(F, name, None):
+                continue
+            if isinstance(obj, (type, types.FunctionType)) or "__wrapped__" in getattr(obj, "__dict__", {}):
+                for f in _functions_of(obj):
+                    if serves.get(id(f), set()) <= names:
+                        found.setdefault(f, name)
+    # Private helpers only the switched-off functions of their module use (one pass: a helper of a helper too).
+    by_module = {}
+    for f, name in found.items():
+        by_module.setdefault(f.__module__, []).append(f)
+    for module_name, switched in by_module.items():
+        module = sys.modules.get(module_name)
+        if module is None or not getattr(module, "__file__", None):
+            continue
+        space = vars(module)
+        candidates = {n for n, v in space.items() if isinstance(v, types.FunctionType) and v.__module__ == module_name
+                      and (n.startswith("_") or module_name in hop_modules) and not n.startswith("__")}
+        if not set().union(*(_code_names(f.__code__) for f in switched)) & candidates:
+            continue  # no helper of this module to consider
+        users = _readers_in_source(module, candidates)  # helper -> top-level names whose code reads it (None: module code)
+        changed = True
+        while changed:
+            changed = False
+            for helper, readers in users.items():
+                obj, others = space[helper], readers - {helper}
+                if obj in found or serves.get(id(obj), set()) - names or None in others or not others:
+                    continue
+                if all(_switched(space.get(r), found) for r in others):
+                    found[obj] = next(found[f] for f in _functions_of(space[min(others)]) if f in found)
+                    changed = True
+    return found
+
+
+def _raising_code(freevars, message, cache={}):
+    """A code object that raises `message`, with the free variables `freevars` (a function's __code__ can only be
+    replaced by a code with the same ones)."""
+    key = (freevars, message)
+    if key not in cache:
+        lines = ["def _outer():"] + [f"    {v} = None" for v in freevars] + ["    def _switched_off(*args, **kwargs):"]
+        if freevars:
+            lines.append(f"        ({', '.join(freevars)},)")
+        lines += [f"        raise RuntimeError({message!r})", "    return _switched_off"]
+        space = {}
+        exec("\n".join(lines), space)
+        cache[key] = space["_outer"]().__code__
+    return cache[key]
+
+
+def _fingerprint(code):
+    """What identifies a function's code whatever its name: its bytecode with the names and variables it uses."""
+    return (code.co_code, code.co_names, code.co_varnames)
+
+
+def switch_off_implementations(found):
+    """Replace the code of each function of `found` ({function: op name}) in place with code that raises, so every
+    name, alias, table entry and wrapper that reaches the function object finds it off. Returns (what was switched
+    off, as "module.qualname", sorted; the fingerprints of the replaced code, for the audit hook)."""
+    done, fingerprints = [], set()
+    for f, name in found.items():
+        original = f.__code__
+        message = (f"{GUARD_PREFIX}`{name}` is switched off while this notebook is graded (torch's own implementation "
+                   f"{f.__module__}.{f.__qualname__} computes it; the exercise asks you to write it yourself)")
+        try:
+            f.__code__ = _raising_code(original.co_freevars, message)
+        except (TypeError, ValueError):
+            continue
+        done.append(f"{f.__module__}.{f.__qualname__}")
+        if len(original.co_code) >= FINGERPRINT_MIN_BYTES:
+            fingerprints.add(_fingerprint(original))
+    return sorted(set(done)), fingerprints
+
+
 def arm_guard(names, block_exec=True, idle_identity=()):
     """Switch the built-ins `names` off in this interpreter for good, before any learner code runs.
 
@@ -850,12 +1059,9 @@ def arm_guard(names, block_exec=True, idle_identity=()):
                         library.impl(name if overload == "default" else f"{name}.{overload}", stub, key)
                     except Exception:
                         pass  # e.g. a Meta kernel of a composite op: its parts are switched off
-            for module in (F, torch):
-                if not packet and callable(getattr(module, name, None)):
-                    setattr(module, name, disabled(name))
-            cls = getattr(torch.nn, name, None)
-            if not packet and isinstance(cls, type) and issubclass(cls, torch.nn.Module):
-                cls.forward = disabled(name)  # subclasses and every alias of the class see it
+    # torch's Python copies of the same ops (its reference implementations, decompositions, nn modules' own code):
+    # switched off in place, so every alias, table entry and wrapper that reaches one finds it off.
+    implementations, fingerprints = switch_off_implementations(python_implementations(names, idle_identity))
     for finalizer in list(getattr(weakref.finalize, "_registry", {})):
         info = weakref.finalize._registry.get(finalizer)
         if info is not None and info.weakref() is library:
@@ -870,7 +1076,18 @@ def arm_guard(names, block_exec=True, idle_identity=()):
     refused, prefix = _REFUSED_EVENTS, GUARD_PREFIX
     keep = [library]  # the hook's closure is the only holder of the registrations
 
-    def hook(event, args, keep=keep):
+    fingerprints = frozenset(fingerprints)
+    bytecodes = frozenset(f[0] for f in fingerprints)
+    fingerprint = _fingerprint
+
+    def codes(code, depth=0):  # a code object and the code nested in it (local: no module name reaches it)
+        yield code
+        if depth < 8:
+            for const in code.co_consts:
+                if hasattr(const, "co_code"):
+                    yield from codes(const, depth + 1)
+
+    def hook(event, args, keep=keep, fingerprints=fingerprints, bytecodes=bytecodes, codes=codes, fingerprint=fingerprint):
         if event.startswith("ctypes.") or event in refused:
             raise RuntimeError(f"{prefix}{event} is not allowed while a notebook is graded")
         if event == "open" and args and isinstance(args[0], (str, bytes)):
@@ -879,10 +1096,24 @@ def arm_guard(names, block_exec=True, idle_identity=()):
                 raise RuntimeError(f"{prefix}opening {path} is not allowed while a notebook is graded")
         if event == "import" and args and args[0] in ("ctypes", "_ctypes"):
             raise RuntimeError(f"{prefix}ctypes is not allowed while a notebook is graded")
+        # torch's code revived: a function built from the code of a switched-off implementation (its compiled
+        # file loaded again, its source compiled again), a module's code run again, a code object copied with
+        # changes, the code set on another function. Matched on the code, not its name.
+        revived = None
+        if event in ("function.__new__", "exec") and args and hasattr(args[0], "co_code"):
+            revived = next((c for c in codes(args[0]) if fingerprint(c) in fingerprints), None)
+        elif event == "code.__new__" and args and args[0] in bytecodes:
+            revived = f"{args[2]} (a copy of its code)" if len(args) > 2 else "a copy of its code"
+        elif event == "object.__setattr__" and len(args) > 2 and args[1] == "__code__" and hasattr(args[2], "co_code"):
+            revived = next((c for c in codes(args[2]) if fingerprint(c) in fingerprints), None)
+        if revived is not None:
+            what = getattr(revived, "co_qualname", revived)
+            raise RuntimeError(f"{prefix}{event} rebuilds torch's own implementation of a switched-off built-in ({what}), "
+                               "which is not allowed while a notebook is graded")
 
     sys.addaudithook(hook)
     del library, keep
-    return {"names": names, "exec_blocked": exec_blocked}
+    return {"names": names, "exec_blocked": exec_blocked, "implementations": implementations}
 
 
 # --- The sandboxed run --------------------------------------------------------------------------------

@@ -5,8 +5,11 @@ refuses are its SHORTCUT_NAMES, composed from the groups of autograder/checks/bu
 - a forbidden built-in named in the code: `torch.softmax(...)`, `x.softmax(-1)`, `F.scaled_dot_product_attention`,
   `from torch.nn.functional import softmax`, or the name as a string (`getattr(F, "softmax")`);
 - an import of the course's own packages (`solutions`, `autograder`);
-- code that hides what it calls (eval, exec, compile, __import__, importlib, getattr with a computed name),
-  since the grader cannot tell what such code reaches.
+- code that hides what it calls (eval, exec, compile, __import__, importlib), and computed access to torch's or
+  Python's namespaces: getattr with a computed name on a module (never on the learner's own objects:
+  `getattr(self, f"norm{i}")` is ordinary PyTorch), operator.attrgetter / methodcaller, getattr passed as a value
+  (functools.reduce(getattr, ...)), the builtins module, a module's __dict__[...], sys.modules. Such a note is a hint
+  for the reader; what is really called is decided at run time (the sandbox's guard).
 The sandboxed run adds a second, dynamic check (a torch function mode around each call, see runner.py)
 that also catches built-ins reached through helpers and aliases. This static one cannot be switched off by
 the learner's code, because it runs in the grading process.
@@ -15,7 +18,25 @@ the learner's code, because it runs in the grading process.
 import ast
 
 COURSE_PACKAGES = ("solutions", "autograder")
-HIDING = {"eval", "exec", "compile", "__import__", "importlib", "globals", "vars", "__builtins__", "sys.modules"}
+HIDING = {"eval", "exec", "compile", "__import__", "importlib", "globals", "__builtins__", "attrgetter", "methodcaller"}
+# Modules a learner's cell may name whose attributes reach torch or Python itself (plus the cell's torch aliases).
+NAMESPACES = {"builtins", "sys", "operator", "functools", "importlib", "types", "inspect", "torch", "F", "nn"}
+
+
+def _root(node):
+    """The name an expression starts from (`torch` for torch.nn.functional, `self` for self.norm1), or None."""
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _modules_named(tree) -> set[str]:
+    """The names a cell binds to modules (its imports, torch's aliases) and the usual namespaces."""
+    names = set(NAMESPACES) | _torch_aliases(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
 
 
 def scan(source: str, forbidden_names) -> list[str]:
@@ -31,9 +52,17 @@ def scan(source: str, forbidden_names) -> list[str]:
         if text not in found:
             found.append(text)
 
+    modules = _modules_named(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in forbidden_names:
             note(f"uses the built-in `{node.attr}`")
+        elif isinstance(node, ast.Attribute) and node.attr in ("attrgetter", "methodcaller"):
+            note(f"uses `{node.attr}`, which hides what the code calls")
+        elif isinstance(node, ast.Attribute) and node.attr in ("modules", "__dict__", "getattr", "__getattribute__") and _root(node) in modules:
+            note(f"reaches `{_root(node)}.{node.attr}`, which hides what the code calls")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (a.name if isinstance(node, ast.Import) else node.module or "").split(".")[0] == "builtins" for a in node.names):
+            note("imports builtins, which hides what the code calls")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in forbidden_names:
             note(f"names the built-in `{node.value}` in a string")
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -50,9 +79,19 @@ def scan(source: str, forbidden_names) -> list[str]:
         elif isinstance(node, ast.Name) and node.id in HIDING:
             note(f"uses `{node.id}`, which hides what the code calls")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr":
-            if len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
-                note("uses getattr with a computed name, which hides what the code calls")
+            if len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant) and (_root(node.args[0]) in modules or _root(node.args[0]) is None):
+                note("uses getattr with a computed name on a module, which hides what the code calls")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars":
+            if not node.args or _root(node.args[0]) in modules or _root(node.args[0]) is None:
+                note("uses `vars` on a module, which hides what the code calls")
+        elif isinstance(node, ast.Name) and node.id in ("getattr", "vars") and isinstance(node.ctx, ast.Load) and not _called(node, tree):
+            note("passes getattr as a value (e.g. to functools.reduce), which hides what the code calls")
     return found
+
+
+def _called(name_node, tree) -> bool:
+    """Is this Name the function of a call (getattr(...)) rather than a value passed on?"""
+    return any(isinstance(n, ast.Call) and n.func is name_node for n in ast.walk(tree))
 
 
 # --- Private torch machinery ------------------------------------------------------------------------
