@@ -433,6 +433,8 @@ def _grade_here(sub, settings, workdir: Path, before_submit, started, out):
     job = make_job(workdir, sub, settings, {})
     if started is not None:
         started()
+    from autograder.grading import warm
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # as on a worker (_worker_setup): the learner's warnings stay out of the output
@@ -440,6 +442,8 @@ def _grade_here(sub, settings, workdir: Path, before_submit, started, out):
     except HostCannotGrade as exc:
         yield sub, _failure(job, exc)
         return
+    finally:
+        warm.close_all()  # the template this process started for its one notebook (a worker's lives until its teardown)
     write_outputs(workdir, job, files)
     yield sub, result
 
