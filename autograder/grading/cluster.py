@@ -427,14 +427,14 @@ def _grade_here(sub, settings, workdir: Path, before_submit, started, out):
     """One notebook on one machine, graded by this process with the run_job a worker runs (the same sandbox, warm
     template and judge): a cluster's start (a scheduler, worker processes importing torch: seconds) brings nothing to
     a single job, such as the rerun of one student with --only."""
+    from autograder.grading import warm
+
     print("Grading in this process (one notebook: no cluster is started).", file=out, flush=True)
     if before_submit is not None:
         before_submit(sub)
     job = make_job(workdir, sub, settings, {})
     if started is not None:
         started()
-    from autograder.grading import warm
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # as on a worker (_worker_setup): the learner's warnings stay out of the output

@@ -270,8 +270,10 @@ def _grade(submissions: Path, workdir: Path, options: GradeOptions, out) -> Outc
     _check_sandbox(found, settings)
     _announce_run(submissions, found, settings, workers, options, out)
     # The embedded cluster and its workers' templates start while the chapters are released (one core each); one
-    # notebook is graded by this process itself (cluster.grade_all).
-    early = cluster.EarlyStart(workers, settings, out) if len(found.selected) > 1 and not options.scheduler else None
+    # notebook is graded by this process itself (cluster.grade_all). A rerun whose notebooks all have a result
+    # (most likely nothing to grade) starts none early: grade_all starts one if some notebook still needs it.
+    ungraded = [s for s in found.selected if options.restart or not reports.result_path(workdir, s.student, s.chapter).exists()]
+    early = cluster.EarlyStart(workers, settings, out) if len(found.selected) > 1 and ungraded and not options.scheduler else None
     try:
         api = nbgrader_api(workdir, options.cell_timeout, found.settings_file, found.db_url)
         releases = _release(workdir, found.selected, api)
