@@ -20,7 +20,7 @@ environment has everything).
 """
 
 import argparse
-import json
+import io
 import os
 import shutil
 import subprocess
@@ -113,7 +113,6 @@ def unpack_deb(deb: Path, into: Path) -> None:
         name, size = data[offset:offset + 16].decode().strip().rstrip("/"), int(data[offset + 48:offset + 58])
         body = data[offset + 60:offset + 60 + size]
         if name.startswith("data.tar"):
-            import io
             with tarfile.open(fileobj=io.BytesIO(body)) as archive:
                 archive.extractall(into, filter="tar")
             return
