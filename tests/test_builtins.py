@@ -329,3 +329,54 @@ def test_allowed_primitives_have_no_implementation_switched_off():
     assert not names & {"logsumexp", "var_mean", "normalize", "dropout"} - {"dropout"}, sorted(names & {"logsumexp", "var_mean", "normalize"})
     assert F.dropout not in found, "F.dropout must stay on: nn.Dropout in eval calls it"
     assert builtins.switched_off(builtins.forbidden("softmax")) and "logsumexp" not in builtins.switched_off(builtins.forbidden(*builtins.GROUPS))
+
+
+# --- The grader's list, sent in the job ---------------------------------------------------------------
+
+ROUTES_SCRIPT = r"""
+import json, sys, warnings
+sys.path.insert(0, {checks!r})
+warnings.simplefilter("ignore")
+import torch
+import runner
+out = {{}}
+for key, (names, idle, entries) in json.loads(sys.stdin.read()).items():
+    given = runner.resolve_routes(entries)
+    searched = runner.python_implementations(names, idle)
+    out[key] = {{"given": None if given is None else sorted(runner._qualified(f) + " " + n for f, n in given.items()),
+                "searched": sorted(runner._qualified(f) + " " + n for f, n in searched.items())}}
+wrong = [list(e) for e in entries]
+wrong[0][1] = wrong[0][1] + "_elsewhere"  # a list made for another torch
+out["wrong"] = runner.resolve_routes(wrong) is None
+print(json.dumps(out))
+"""
+
+
+def test_the_graders_list_switches_off_in_a_fresh_process_what_searching_there_finds():
+    """The grading process (this one: it has imported the course, its checks and torch's extras) computes the
+    implementations once per run (runner.implementation_routes) and sends them in the job; the sandbox's fresh
+    interpreter resolves them (runner.resolve_routes) instead of searching. For every chapter's forbidden set, what
+    it resolves is exactly what it would have found by searching; a list that does not match its torch is refused
+    (the runner then searches)."""
+    sets = {}
+    for module in sorted((ROOT / "autograder" / "checks").glob("ch[0-9]*.py")):
+        chapter = module.stem
+        checks = importlib.import_module(f"autograder.checks.{chapter}")
+        forbidden = dict(checks.FORBIDDEN)
+        for extra in ("DROPOUT_FORBIDDEN",):
+            forbidden.update(getattr(checks, extra, {}))
+        names, idle = builtins.switched_off(forbidden), builtins.idle_identity(forbidden)
+        if not names:
+            continue
+        sets[chapter] = (names, idle, runner.implementation_routes(names, idle))
+    every = builtins.forbidden(*builtins.GROUPS)
+    names, idle = builtins.switched_off(every), builtins.idle_identity(every)
+    sets["every group"] = (names, idle, runner.implementation_routes(names, idle))
+    script = ROUTES_SCRIPT.format(checks=str(ROOT / "autograder" / "checks"))
+    result = subprocess.run([sys.executable, "-c", script], input=json.dumps(sets), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    for key in sets:
+        assert out[key]["searched"], f"{key}: nothing found to switch off"
+        assert out[key]["given"] == out[key]["searched"], f"{key}: the grader's list and the sandbox's search differ"
+    assert out["wrong"], "a list whose names do not match this torch must be refused"

@@ -869,7 +869,7 @@ def _readers_in_source(module, candidates):
     return users
 
 
-def python_implementations(names, idle_identity=()):
+def python_implementations(names, idle_identity=(), routes=None):
     """{function: op name} of torch's Python-level implementations of the ops and classes `names`, found in torch itself:
     - every function a decomposition or meta table registers for one of the ops, unless the same function also
       serves an op that stays on (a shared helper: switching it off would switch that op off);
@@ -879,7 +879,9 @@ def python_implementations(names, idle_identity=()):
       with every function it wraps; for the ops in `idle_identity`, the public F.<name> stays (its kernel computes
       nothing when idle, and nn.Dropout in eval relies on that);
     - a module's private helpers (a leading underscore; in a higher-order operator's module, any helper: its eager
-      math is a public function there) that only these functions of that module use."""
+      math is a public function there) that only these functions of that module use.
+    routes: a dict to fill with {function: how to find it again in another process with the same torch} (see
+    implementation_routes)."""
     import sys
     import types
 
@@ -891,32 +893,37 @@ def python_implementations(names, idle_identity=()):
             __import__(_LAZY_MODULES[name])
         except Exception:
             pass
+    routes = {} if routes is None else routes
+
+    def add(root, route, name):  # every function of `root` (its wrapped chain, a class's methods), with its route
+        for i, f in enumerate(_functions_of(root)):
+            if serves.get(id(f), set()) <= names and f not in found:
+                found[f] = name
+                routes[f] = route + (i,)
+
     serves = {}  # id(what a table holds) -> the op names it is registered for, across the tables
     registered = []
     tables = dict(getattr(torch._decomp, "global_decomposition_table", {}))
-    for table in tables.values():
+    for key, table in tables.items():
         for op, fn in list(table.items()):
             packet = getattr(op, "overloadpacket", None)
             op_name = packet.__name__ if packet is not None else getattr(op, "__name__", "")
             serves.setdefault(id(fn), set()).add(op_name)
             if op_name in names:
-                registered.append((fn, op_name))
+                registered.append((fn, op_name, ("table", key, str(op))))
     found = {}
-    for fn, op_name in registered:
+    for fn, op_name, route in registered:
         if serves[id(fn)] <= names:
-            for f in _functions_of(fn):
-                if serves.get(id(f), names) <= names:
-                    found.setdefault(f, op_name)
+            add(fn, route, op_name)
     hop_modules = set()
     for name in names:
         hop = getattr(torch._ops, "_higher_order_ops", {}).get(name)
         if hop is None:
             continue
         hop_modules.add(type(hop).__module__)
-        kernels = list((getattr(hop, "py_kernels", None) or {}).values()) + list((getattr(hop, "python_key_table", None) or {}).values())
-        for kernel in kernels:
-            for f in _functions_of(kernel):
-                found.setdefault(f, name)
+        for table in ("py_kernels", "python_key_table"):
+            for key, kernel in list((getattr(hop, table, None) or {}).items()):
+                add(kernel, ("hop", name, table, repr(key)), name)
     F = torch.nn.functional
     modules = [m for n, m in list(sys.modules.items()) if m is not None and n.startswith(IMPLEMENTATION_PACKAGES)]
     for module in modules:
@@ -926,9 +933,7 @@ def python_implementations(names, idle_identity=()):
             if name in idle_identity and obj is getattr(F, name, None):
                 continue
             if isinstance(obj, (type, types.FunctionType)) or "__wrapped__" in getattr(obj, "__dict__", {}):
-                for f in _functions_of(obj):
-                    if serves.get(id(f), set()) <= names:
-                        found.setdefault(f, name)
+                add(obj, ("module", module.__name__, name), name)
     # Private helpers only the switched-off functions of their module use (one pass: a helper of a helper too).
     by_module = {}
     for f, name in found.items():
@@ -952,23 +957,92 @@ def python_implementations(names, idle_identity=()):
                     continue
                 if all(_switched(space.get(r), found) for r in others):
                     found[obj] = next(found[f] for f in _functions_of(space[min(others)]) if f in found)
+                    routes[obj] = ("module", module_name, helper, 0)
                     changed = True
     return found
 
 
+def _qualified(f):
+    return f"{f.__module__}.{f.__qualname__}"
+
+
+def implementation_routes(names, idle_identity=()):
+    """torch's Python-level implementations of `names` (python_implementations) as a list another process with the
+    same torch can switch off without searching: [[op name, "module.qualname", *route]], where a route is how the
+    function is reached from where torch keeps it (("table", table key, op), ("hop", op, table, key) or ("module",
+    module, name)) and its place among that object's functions. Computed once per grading run by the grader and
+    sent in the job (finding them takes most of arming's time); resolve_routes reads it in the sandbox."""
+    routes = {}
+    found = python_implementations(names, idle_identity, routes)
+    return sorted([name, _qualified(f), *routes[f]] for f, name in found.items())
+
+
+def _route_root(route):
+    """The object a route starts from, in this process (None if it is not there)."""
+    import sys
+
+    import torch
+
+    kind = route[0]
+    if kind == "table":
+        _, key, op_name = route
+        op = torch.ops
+        for part in op_name.split("."):
+            op = getattr(op, part, None)
+            if op is None:
+                return None
+        return getattr(torch._decomp, "global_decomposition_table", {}).get(key, {}).get(op)
+    if kind == "hop":
+        _, name, table, key = route
+        hop = getattr(torch._ops, "_higher_order_ops", {}).get(name)
+        kernels = getattr(hop, table, None) or {}
+        return next((v for k, v in list(kernels.items()) if repr(k) == key), None)
+    if kind == "module":
+        _, module_name, name = route
+        module = sys.modules.get(module_name)
+        return None if module is None else vars(module).get(name)
+    return None
+
+
+def resolve_routes(entries):
+    """{function: op name} from implementation_routes' list, in this process; None if any entry does not lead to a
+    function of the recorded name (another torch, a module not loaded): the caller then searches in place."""
+    names = {entry[0] for entry in entries}
+    for name in names & set(_LAZY_MODULES):
+        try:
+            __import__(_LAZY_MODULES[name])
+        except Exception:
+            pass
+    found, roots = {}, {}
+    for entry in entries:
+        name, qualified, route, index = entry[0], entry[1], tuple(entry[2:-1]), entry[-1]
+        if route not in roots:
+            root = _route_root(route)
+            roots[route] = _functions_of(root) if root is not None else []
+        functions = roots[route]
+        if not isinstance(index, int) or not 0 <= index < len(functions) or _qualified(functions[index]) != qualified:
+            return None
+        found[functions[index]] = name
+    return found
+
+
+_MESSAGE_SLOT = "course-guard: (message)"
+
+
 def _raising_code(freevars, message, cache={}):
     """A code object that raises `message`, with the free variables `freevars` (a function's __code__ can only be
-    replaced by a code with the same ones)."""
-    key = (freevars, message)
-    if key not in cache:
+    replaced by a code with the same ones). One compiled per set of free variables; the message is put in its
+    constants (compiling one per function took a third of arming's time)."""
+    if freevars not in cache:
         lines = ["def _outer():"] + [f"    {v} = None" for v in freevars] + ["    def _switched_off(*args, **kwargs):"]
         if freevars:
             lines.append(f"        ({', '.join(freevars)},)")
-        lines += [f"        raise RuntimeError({message!r})", "    return _switched_off"]
+        lines += [f"        raise RuntimeError({_MESSAGE_SLOT!r})", "    return _switched_off"]
         space = {}
         exec("\n".join(lines), space)
-        cache[key] = space["_outer"]().__code__
-    return cache[key]
+        cache[freevars] = space["_outer"]().__code__
+    template = cache[freevars]
+    return template.replace(co_consts=tuple(message if c == _MESSAGE_SLOT else c for c in template.co_consts))
 
 
 def _fingerprint(code):
@@ -995,7 +1069,7 @@ def switch_off_implementations(found):
     return sorted(set(done)), fingerprints
 
 
-def arm_guard(names, block_exec=True, idle_identity=()):
+def arm_guard(names, block_exec=True, idle_identity=(), implementations=None):
     """Switch the built-ins `names` off in this interpreter for good, before any learner code runs.
 
     `names` is the whole list (the grader expands a check's forbidden names to their families with
@@ -1008,6 +1082,9 @@ def arm_guard(names, block_exec=True, idle_identity=()):
     reaches one of them, by any name or route, raises; its outputs cannot be the built-in's. The ops in
     `idle_identity` (dropout's: input, p, train) return their input unchanged where they compute nothing
     (train False or p == 0), as the built-in itself does, so nn.Dropout in eval mode keeps working.
+    torch's Python implementations of the same ops are switched off in place too: `implementations` is the list
+    implementation_routes gives for `names` (the grader computes it once per run and sends it in the job, before
+    any learner code exists); without it, or if it does not match this torch, they are searched for here.
     What would undo the guard is out of reach: the registrations are held only by an audit hook
     (no Python name refers to them; their finalizer is detached), and the hook refuses what could reach them or
     start an interpreter without them (gc's object walks, ctypes, tracing, exec and spawn, /proc/<pid>/mem);
@@ -1061,7 +1138,10 @@ def arm_guard(names, block_exec=True, idle_identity=()):
                         pass  # e.g. a Meta kernel of a composite op: its parts are switched off
     # torch's Python copies of the same ops (its reference implementations, decompositions, nn modules' own code):
     # switched off in place, so every alias, table entry and wrapper that reaches one finds it off.
-    implementations, fingerprints = switch_off_implementations(python_implementations(names, idle_identity))
+    found = resolve_routes(implementations) if implementations is not None else None
+    if found is None:
+        found = python_implementations(names, idle_identity)
+    implementations, fingerprints = switch_off_implementations(found)
     for finalizer in list(getattr(weakref.finalize, "_registry", {})):
         info = weakref.finalize._registry.get(finalizer)
         if info is not None and info.weakref() is library:
@@ -1169,7 +1249,7 @@ def main(job_dir):
     # What the guard switches off comes with the job (the grader expands each check's forbidden names).
     switch_off = sorted({name for probe in job["probes"].values() for name in probe.get("switch_off", ())})
     idle = sorted({name for probe in job["probes"].values() for name in probe.get("idle_identity", ())})
-    armed = arm_guard(switch_off, block_exec=job.get("block_exec", True), idle_identity=idle)
+    armed = arm_guard(switch_off, block_exec=job.get("block_exec", True), idle_identity=idle, implementations=job.get("implementations"))
     send({"event": "guard", "names": armed["names"], "exec_blocked": armed["exec_blocked"], "walls": walls})
     namespace = {"__name__": "__main__", "display": print}
     real_stdout, real_stderr = sys.stdout, sys.stderr

@@ -15,6 +15,7 @@ message in its result.
 import ast
 import dataclasses
 import difflib
+import functools
 import hashlib
 import hmac
 import importlib
@@ -263,6 +264,14 @@ def _prefix_arrays(spec, prefix):
             _prefix_arrays(value, prefix)
 
 
+@functools.lru_cache(maxsize=None)
+def implementation_routes(switch_off: tuple, idle_identity: tuple) -> list:
+    """runner.implementation_routes, once per grading process and forbidden set: the grader has the sandbox's torch,
+    and searching torch for its implementations is most of what arming the guard would otherwise cost each notebook.
+    The list travels in job.json, which the sandbox reads before any learner code runs and cannot write."""
+    return runner.implementation_routes(switch_off, idle_identity)
+
+
 def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dict, replay=None, only=None):
     """job.json + inputs.npz + runner.py, readable (not writable) by the sandbox's user.
     replay: {probe cell index: {call index: callee table}} for a replay round: only those calls of those
@@ -302,6 +311,10 @@ def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dic
         for c in cells
     ]
     job = {"cells": run_cells, "probes": probes}
+    switch_off = sorted({name for probe in probes.values() for name in probe["switch_off"]})
+    if switch_off:  # torch's Python implementations of them, found here once per run (see runner.arm_guard)
+        idle = sorted({name for probe in probes.values() for name in probe["idle_identity"]})
+        job["implementations"] = implementation_routes(tuple(switch_off), tuple(idle))
     if settings.sandbox_mode == sandbox.PLAIN:
         job.update(walls=False, block_exec=False)
     (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
