@@ -91,3 +91,24 @@ def test_computed_access_to_a_namespace_is_noted(source):
 @pytest.mark.parametrize("source", OWN_OBJECTS)
 def test_computed_access_to_the_learners_own_objects_is_not_noted(source):
     assert shortcuts.scan(source, ("softmax",)) == [], source
+
+
+# --- Notes that are hints -------------------------------------------------------------------------------
+
+
+def test_a_note_on_hidden_calls_is_a_hint_only_where_the_guard_decides_the_rule():
+    """Computed access is a hint (no points lost) where the sandbox's guard switches the exercise's built-ins off
+    and no name its chapter refuses is refused by reading alone; a forbidden name written out is never a hint."""
+    from autograder.checks import builtins, ch02_qkv_attention as ch02, ch05_masks as ch05, ch08_encoder_decoder as ch08
+
+    computed = shortcuts.scan("def f(x):\n    return getattr(F, name)(x)", ch02.SHORTCUT_NAMES)
+    assert computed and all(shortcuts.hides(n) for n in computed), computed
+    named = shortcuts.scan("def f(x):\n    return torch.softmax(x, -1)", ch02.SHORTCUT_NAMES)
+    assert named and not any(shortcuts.hides(n) for n in named), named
+    assert builtins.enforced_at_run_time(ch02.FORBIDDEN, ch02.SHORTCUT_NAMES)
+    assert builtins.enforced_at_run_time(ch08.FORBIDDEN, ch08.SHORTCUT_NAMES)
+    # Chapter 05's mask helpers compute with ordinary tensor operations: the guard cannot switch them off, so a
+    # computed name that could reach one stays refused by reading; an exercise that forbids nothing has no guard.
+    assert builtins.static_only(ch05.SHORTCUT_NAMES)
+    assert not builtins.enforced_at_run_time(ch05.FORBIDDEN, ch05.SHORTCUT_NAMES)
+    assert not builtins.enforced_at_run_time({}, ch02.SHORTCUT_NAMES)

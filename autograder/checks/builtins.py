@@ -256,3 +256,18 @@ def switched_off(names) -> list:
 def idle_identity(names) -> list:
     """Of switched_off(names), the ops that still return their input when they compute nothing (train=False, p=0)."""
     return sorted({n for g in groups_touched(names) for n in g.idle_identity})
+
+
+def static_only(shortcut_names) -> list:
+    """Of the names the static reading refuses, those of groups the guard cannot switch off at run time (no ATen op,
+    no Python implementation: chapter 05's mask helpers compute with ordinary tensor operations)."""
+    shortcut_names = set(shortcut_names)
+    return sorted({n for g in GROUPS.values() if not (g.aten_ops or g.python) for n in g.static() if n in shortcut_names})
+
+
+def enforced_at_run_time(forbidden, shortcut_names) -> bool:
+    """Does the sandbox's guard decide an exercise's rule on its own: it switches something off for the exercise
+    (`forbidden`, Check.forbidden) and no name its chapter refuses (`shortcut_names`) is refused by reading alone?
+    Then a static note on code that hides what it calls (computed access to torch's or Python's namespaces, eval) is
+    a hint in the feedback, not a penalty: what is really called is decided at run time."""
+    return bool(switched_off(forbidden)) and not static_only(shortcut_names)

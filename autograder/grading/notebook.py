@@ -482,7 +482,9 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points,
     where a check asks for them). edits: the learner's discarded edits of read-only cells (readonly_edits), which a
     failure's message explains where the failure may follow from one (explain_discarded_edits). probes: judge only
     these grade ids (a guard group's own run, see run_and_judge)."""
-    scores = []
+    from autograder.checks import builtins
+
+    scores, hinted = [], {}
     ran_cleanly = {c["index"] for c in cells if c["index"] not in skip and by_cell.get(c["index"], {}).get("done", {}).get("ok")}
     for cell in cells:
         if cell["kind"] != "probe" or (probes is not None and cell["probe"] not in probes):
@@ -495,6 +497,15 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points,
             return CellScore(gid, 0.0, max_score, explain_discarded_edits(message, check, edits, cells))
 
         found, hidden = learner_code_findings(check.function, solutions, cells, checks_module, ran_cleanly)
+        hints = []
+        if builtins.enforced_at_run_time(check.forbidden, checks_module.SHORTCUT_NAMES):
+            # Reading that code hides what it calls is a hint: the guard switches the built-ins off, so what is
+            # really called is decided at run time (a route to one raises there and earns nothing).
+            hints = [f for f in found if shortcuts.hides(f)]
+            found = [f for f in found if f not in hints]
+            if hints:
+                hinted[gid] = (f"Note (no points lost): {check.function or 'this exercise'} {'; '.join(hints)}. What it really calls "
+                               "is decided when it runs: a forbidden built-in reached that way is switched off and earns nothing.")
         if found or hidden:
             reasons = []
             if found:
@@ -539,7 +550,8 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points,
             scores.append(failed(f"{check.function}: its results could not be judged ({type(exc).__name__}: {str(exc)[:200]})"))
             continue
         scores.append(CellScore(gid, max_score, max_score, ""))
-    return scores
+    return [dataclasses.replace(s, message="\n".join(filter(None, (s.message, hinted[s.grade_id])))) if s.grade_id in hinted else s
+            for s in scores]
 
 
 def explain_unassigned(call, record, cells, by_cell, skip):

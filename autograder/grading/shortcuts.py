@@ -89,6 +89,16 @@ def scan(source: str, forbidden_names) -> list[str]:
     return found
 
 
+HIDES = "hides what"  # the notes on code that hides what it calls or imports (see hides)
+
+
+def hides(note: str) -> bool:
+    """Is this note about code that hides what it calls (computed access, eval, importlib), rather than a forbidden
+    built-in or a course package named in the code? Such a note is a hint where the sandbox's guard decides the
+    exercise's rule at run time (builtins.enforced_at_run_time)."""
+    return HIDES in note
+
+
 def _called(name_node, tree) -> bool:
     """Is this Name the function of a call (getattr(...)) rather than a value passed on?"""
     return any(isinstance(n, ast.Call) and n.func is name_node for n in ast.walk(tree))
