@@ -1,0 +1,159 @@
+"""Routes to torch's own implementation of a forbidden built-in earn nothing through the real CLI (issue 31).
+
+tests/evasion_corpus.py holds the routes: for every chapter with forbidden built-ins, one per category (torch's Python
+implementation by any name, torch's code revived, a computed name in the solution cell). One module-scoped batch
+grades them all, once warm and once cold; each route earns nothing on its exercise and the notebook's other exercises
+keep their points. Each route is shown to compute the built-in's values where no guard is armed (so it earned the
+points before the guard switched torch's implementations off). Good-faith code that the static reading notes
+(getattr(F, activation)) or not (getattr(self, f"norm{i}")) keeps full marks.
+"""
+
+import json
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from conftest import ROOT, course_env
+from evasion_corpus import CHAPTER_MODULES, GOOD_FAITH, ROUTES, good_faith_notebook, route_notebook, solution_source
+
+# --- Each route computes the built-in's values without the guard ------------------------------------------------
+
+INPUTS = {  # the exercise's function -> code that sets `calls`: [(args, kwargs)], float64
+    "lstm_cell_step": "calls = [((r(3, 4), r(3, 5), r(3, 5), r(4, 20), r(5, 20), r(20)), {}), ((r(4), r(5), r(5), r(4, 20), r(5, 20), r(20)), {})]",
+    "stable_softmax": "calls = [((r(3, 5),), {}), ((r(4, 2, 3), 1), {})]",
+    "attention_steps": "calls = [((r(2, 3, 4), r(2, 5, 4), r(2, 5, 6)), {}), ((r(3, 4), r(5, 4), r(5, 2), torch.rand(3, 5, generator=g) > 0.3), {})]",
+    "SelfAttention": "calls = [((r(2, 5, 8), r(2, 5, 8), r(2, 3, 8), None), {}), ((r(1, 4, 8), r(1, 4, 8), r(1, 4, 8), torch.tril(torch.ones(4, 4))), {})]",
+    "masked_attention": ("m = torch.rand(2, 1, 3, 5, generator=g) > 0.4\nm[0, 0, 1] = False\n"
+                         "calls = [((r(2, 2, 3, 4), r(2, 2, 5, 4), r(2, 2, 5, 6), m), {}), ((r(2, 2, 3, 4), r(2, 2, 5, 4), r(2, 2, 5, 6), m), "
+                         "{'fill_value': -1e9}), ((r(3, 4), r(5, 4), r(5, 2)), {})]"),
+    "layer_norm": "calls = [((r(3, 6), r(6), r(6)), {}), ((r(2, 3, 5), None, None, 1e-3), {})]",
+    "attention_step": "calls = [((r(1, 2, 2, 4), r(1, 2, 2, 4), r(1, 2, 2, 4), r(1, 2, 3, 4), r(1, 2, 3, 4)), {}), ((r(2, 1, 3, 4), r(2, 1, 3, 4), r(2, 1, 3, 4)), {})]",
+}
+
+PROOF = r"""
+import importlib, json, sys, warnings
+warnings.simplefilter("ignore")
+import torch
+torch.set_num_threads(1)
+routes = json.loads(sys.stdin.read())
+results = {}
+for name, (module, function, helper, solution, inputs) in routes.items():
+    reference = importlib.import_module("solutions." + module)
+    space = dict(vars(reference))
+    try:
+        exec(helper, space)
+        exec(solution, space)
+        g = torch.Generator().manual_seed(0)
+        r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)
+        local = {"r": r, "g": g, "torch": torch}
+        exec(inputs, local)
+        same = True
+        for args, kwargs in local["calls"]:
+            mine, ref = space[function], getattr(reference, function)
+            if isinstance(mine, type):
+                torch.manual_seed(0); mine = mine(8, 2).double()
+                torch.manual_seed(0); ref = ref(8, 2).double()
+            a, b = mine(*args, **kwargs), ref(*args, **kwargs)
+            a, b = (list(a.values()), list(b.values())) if isinstance(a, dict) else (a, b)
+            a, b = (list(a), list(b)) if isinstance(a, (tuple, list)) else ([a], [b])
+            same = same and len(a) == len(b) and all(x.shape == y.shape and torch.allclose(x, y, atol=1e-10, equal_nan=True) for x, y in zip(a, b))
+        results[name] = "same" if same else "different values"
+    except Exception as exc:
+        results[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+print(json.dumps(results))
+"""
+
+
+def test_each_route_computes_the_builtins_values_without_the_guard():
+    """The control: with no guard armed (today's code before issue 31's guard, or any plain interpreter), every
+    route's function gives the reference's values, so each would earn its exercise's points."""
+    from autograder.authoring import demo
+
+    sent = {}
+    for name, route in ROUTES.items():
+        reference_cell = next(c for c in demo.filled_submission(route.chapter).cells
+                              if c.metadata.get("nbgrader", {}).get("grade_id") == route.grade_id)
+        sent[name] = (CHAPTER_MODULES[route.chapter], route.grade_id, route.helper, solution_source(route, reference_cell.source),
+                      INPUTS[route.grade_id])
+    result = subprocess.run([sys.executable, "-c", PROOF], input=json.dumps(sent), capture_output=True, text=True, timeout=300,
+                            cwd=ROOT, env=course_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    wrong = {name: why for name, why in out.items() if why != "same"}
+    assert not wrong, f"routes that do not compute the built-in's values without the guard: {wrong}"
+
+
+# --- The batch: every route and the good-faith notebooks, through the CLI, warm and cold --------------------------
+
+
+def _grade(root, workdir, **env):
+    return subprocess.run([sys.executable, "-m", "autograder", "grade", str(root), "--workdir", str(workdir), "--device", "cpu",
+                           "--seed", "7", "--workers", "2", "--cell-timeout", "20"],
+                          cwd=ROOT, env=course_env(**env), capture_output=True, text=True, timeout=1200)
+
+
+def _results(workdir):
+    out = {}
+    for path in (workdir / "results").glob("*/*.json"):
+        out[path.parent.name] = json.loads(path.read_text())["result"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def evasion_batch(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evasion-routes")
+    notebooks = {name: (route.chapter, route_notebook(route)) for name, route in ROUTES.items()}
+    notebooks.update({name: (GOOD_FAITH[name][0], good_faith_notebook(name)) for name in GOOD_FAITH})
+    for student, (chapter, nb) in notebooks.items():
+        path = root / student / chapter / "exercises.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(nb, path)
+    runs = {}
+    for mode, env in (("warm", {}), ("cold", {"COURSE_WARM": "off"})):
+        workdir = tmp_path_factory.mktemp(f"evasion-{mode}")
+        runs[mode] = (_grade(root, workdir, **env), _results(workdir))
+    return runs
+
+
+MODES = ("warm", "cold")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_batch_graded_every_notebook_in_its_mode(evasion_batch, mode):
+    result, results = evasion_batch[mode]
+    assert set(results) == set(ROUTES) | set(GOOD_FAITH), f"missing: {set(ROUTES) | set(GOOD_FAITH) - set(results)}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    starts = {r["start"] for r in results.values()}
+    assert starts == ({"warm"} if mode == "warm" else {"cold: COURSE_WARM=off"}), starts
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_each_route_earns_nothing_and_the_rest_keeps_its_points(evasion_batch, mode, route):
+    _, results = evasion_batch[mode]
+    target = f"{ROUTES[route].grade_id}_hidden"
+    cells = {c["grade_id"]: c for c in results[route]["cells"]}
+    assert target in cells, f"{route}: no graded cell {target}: {sorted(cells)}"
+    assert cells[target]["score"] == 0, f"{route} ({mode}): earned {cells[target]['score']}: {cells[target]['message'][:600]}"
+    kept = {gid: c["message"][:300] for gid, c in cells.items() if gid != target and c["score"] != c["max_score"]}
+    assert not kept, f"{route} ({mode}): the notebook's other exercises lost points: {kept}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", list(GOOD_FAITH))
+def test_good_faith_code_keeps_full_marks(evasion_batch, mode, name):
+    _, results = evasion_batch[mode]
+    cells = results[name]["cells"]
+    lost = {c["grade_id"]: c["message"][:300] for c in cells if c["score"] != c["max_score"]}
+    assert cells and not lost, f"{name} ({mode}): lost points: {lost}"
+
+
+def test_a_computed_name_is_told_as_a_hint(evasion_batch):
+    """The static note on computed access reaches the feedback as a hint: on a route it sits beside the guard's
+    refusal; on good-faith code it costs nothing."""
+    _, results = evasion_batch["warm"]
+    feedforward = next(c for c in results["ch07-feedforward-activation-by-name"]["cells"] if c["grade_id"] == "FeedForward_hidden")
+    assert "no points lost" in feedforward["message"] and "getattr" in feedforward["message"], feedforward["message"]
+    route = next(c for c in results["ch02-reduce-getattr"]["cells"] if c["grade_id"] == "stable_softmax_hidden")
+    assert "no points lost" in route["message"] and "switched off" in route["message"], route["message"][:600]
