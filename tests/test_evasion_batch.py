@@ -3,7 +3,8 @@
 tests/evasion_corpus.py holds the routes: for every chapter with forbidden built-ins, one per category (torch's Python
 implementation by any name, torch's code revived, a computed name in the solution cell). One module-scoped batch
 grades them all, once warm and once cold; each route earns nothing on its exercise and the notebook's other exercises
-keep their points. Each route is shown to compute the built-in's values where no guard is armed (so it earned the
+keep their points (the batch is graded warm; one route per category, from three chapters, cold as well). Each
+route is shown to compute the built-in's values where no guard is armed (so it earned the
 points before the guard switched torch's implementations off). Good-faith code that the static reading notes
 (getattr(F, activation)) or not (getattr(self, f"norm{i}")) keeps full marks.
 """
@@ -101,20 +102,39 @@ def _results(workdir):
     return out
 
 
-@pytest.fixture(scope="module")
-def evasion_batch(tmp_path_factory):
-    root = tmp_path_factory.mktemp("evasion-routes")
-    notebooks = {name: (route.chapter, route_notebook(route)) for name, route in ROUTES.items()}
-    notebooks.update({name: (GOOD_FAITH[name][0], good_faith_notebook(name)) for name in GOOD_FAITH})
-    for student, (chapter, nb) in notebooks.items():
+# Graded cold too (a fresh sandbox and interpreter per notebook costs several seconds each; the whole corpus cold took
+# over three minutes on 2 cores): one route per category, from three chapters, and one good-faith notebook.
+COLD = ("ch02-one-hot-categorical", "ch07-native-layer-norm-from-pyc", "ch05-attrgetter-in-solution", "ch08-decoder-norms-by-name")
+# A known limit of the judge, not of the guard: generate calls attention_step once per new token with the cache it
+# returned, so when attention_step raises on its first call (switched off), the replay round's table knows only that
+# first call, and generate cannot be run again with right results throughout; it loses its points, and its message
+# names attention_step as the cause.
+CALLER_LOSSES = {"09-complexity-kv-cache": {"generate_hidden": "This comes from your `attention_step`"}}
+
+
+def _write(root, names):
+    for student in names:
+        chapter, nb = (ROUTES[student].chapter, route_notebook(ROUTES[student])) if student in ROUTES else \
+            (GOOD_FAITH[student][0], good_faith_notebook(student))
         path = root / student / chapter / "exercises.ipynb"
         path.parent.mkdir(parents=True)
         nbformat.write(nb, path)
+
+
+@pytest.fixture(scope="module")
+def evasion_batch(tmp_path_factory):
     runs = {}
-    for mode, env in (("warm", {}), ("cold", {"COURSE_WARM": "off"})):
-        workdir = tmp_path_factory.mktemp(f"evasion-{mode}")
-        runs[mode] = (_grade(root, workdir, **env), _results(workdir))
+    for mode, names, env in (("warm", [*ROUTES, *GOOD_FAITH], {}), ("cold", COLD, {"COURSE_WARM": "off"})):
+        root, workdir = tmp_path_factory.mktemp(f"evasion-{mode}-routes"), tmp_path_factory.mktemp(f"evasion-{mode}")
+        _write(root, names)
+        runs[mode] = (_grade(root, workdir, **env), _results(workdir), set(names))
     return runs
+
+
+def _graded(evasion_batch, mode, name):
+    _, results, names = evasion_batch[mode]
+    assert name in names and name in results, f"{name} was not graded {mode}"
+    return results[name]
 
 
 MODES = ("warm", "cold")
@@ -122,29 +142,28 @@ MODES = ("warm", "cold")
 
 @pytest.mark.parametrize("mode", MODES)
 def test_the_batch_graded_every_notebook_in_its_mode(evasion_batch, mode):
-    result, results = evasion_batch[mode]
-    assert set(results) == set(ROUTES) | set(GOOD_FAITH), f"missing: {set(ROUTES) | set(GOOD_FAITH) - set(results)}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    result, results, names = evasion_batch[mode]
+    assert set(results) == names, f"missing: {names - set(results)}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     starts = {r["start"] for r in results.values()}
     assert starts == ({"warm"} if mode == "warm" else {"cold: COURSE_WARM=off"}), starts
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("route", list(ROUTES))
+@pytest.mark.parametrize("mode, route", [("warm", r) for r in ROUTES] + [("cold", r) for r in COLD if r in ROUTES])
 def test_each_route_earns_nothing_and_the_rest_keeps_its_points(evasion_batch, mode, route):
-    _, results = evasion_batch[mode]
     target = f"{ROUTES[route].grade_id}_hidden"
-    cells = {c["grade_id"]: c for c in results[route]["cells"]}
+    cells = {c["grade_id"]: c for c in _graded(evasion_batch, mode, route)["cells"]}
     assert target in cells, f"{route}: no graded cell {target}: {sorted(cells)}"
     assert cells[target]["score"] == 0, f"{route} ({mode}): earned {cells[target]['score']}: {cells[target]['message'][:600]}"
-    kept = {gid: c["message"][:300] for gid, c in cells.items() if gid != target and c["score"] != c["max_score"]}
+    known = CALLER_LOSSES.get(ROUTES[route].chapter, {})
+    kept = {gid: c["message"][:300] for gid, c in cells.items() if gid != target and c["score"] != c["max_score"] and gid not in known}
     assert not kept, f"{route} ({mode}): the notebook's other exercises lost points: {kept}"
+    for gid, why in known.items():
+        assert cells[gid]["score"] == cells[gid]["max_score"] or why in cells[gid]["message"], cells[gid]["message"][:600]
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", list(GOOD_FAITH))
+@pytest.mark.parametrize("mode, name", [("warm", n) for n in GOOD_FAITH] + [("cold", n) for n in COLD if n in GOOD_FAITH])
 def test_good_faith_code_keeps_full_marks(evasion_batch, mode, name):
-    _, results = evasion_batch[mode]
-    cells = results[name]["cells"]
+    cells = _graded(evasion_batch, mode, name)["cells"]
     lost = {c["grade_id"]: c["message"][:300] for c in cells if c["score"] != c["max_score"]}
     assert cells and not lost, f"{name} ({mode}): lost points: {lost}"
 
@@ -152,7 +171,7 @@ def test_good_faith_code_keeps_full_marks(evasion_batch, mode, name):
 def test_a_computed_name_is_told_as_a_hint(evasion_batch):
     """The static note on computed access reaches the feedback as a hint: on a route it sits beside the guard's
     refusal; on good-faith code it costs nothing."""
-    _, results = evasion_batch["warm"]
+    _, results, _ = evasion_batch["warm"]
     feedforward = next(c for c in results["ch07-feedforward-activation-by-name"]["cells"] if c["grade_id"] == "FeedForward_hidden")
     assert "no points lost" in feedforward["message"] and "getattr" in feedforward["message"], feedforward["message"]
     route = next(c for c in results["ch02-reduce-getattr"]["cells"] if c["grade_id"] == "stable_softmax_hidden")
