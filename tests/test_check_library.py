@@ -971,3 +971,56 @@ def test_visible_meta_check_does_not_swallow_a_refused_device_argument():
     expect_meta(table, 2, 3, device=torch.device("meta"), shape=(2, 3), what="table(2, 3, device='meta')")
     with pytest.raises(AssertionError, match="(?s)unexpected keyword argument 'device'.*Keep the signature"):
         expect_meta(table_without_device, 2, 3, device=torch.device("meta"), shape=(2, 3), what="table(2, 3, device='meta')")
+
+
+# --- A count that builds another exercise's module: graded on its own ------------------------------------
+
+
+def affine_parameter_count(d_in: int, d_out: int) -> int:
+    """The parameters of Affine(d_in, d_out): W (d_out x d_in), b (d_out), gain (d_out)."""
+    return d_out * d_in + 2 * d_out
+
+
+AFFINE_COUNT = function_check(affine_parameter_count, lambda seed: [Case(f"{a}, {b}", (a, b)) for a, b in ((3, 5), (8, 2))],
+                              ("count",), meta=False, builds=("Affine",))
+
+LEARNER_AFFINE = '''
+import torch
+from torch import nn
+
+class Affine(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.proj = nn.Linear(d_in, d_out{linear_bias})
+        self.gain = nn.Parameter(torch.ones(d_out))
+
+    def forward(self, x):
+        return self.proj(x) * self.gain
+
+def affine_parameter_count(d_in, d_out):
+    return {count}
+'''
+
+
+def _affine_learner(count, linear_bias=""):
+    namespace = {}
+    exec(LEARNER_AFFINE.format(count=count, linear_bias=linear_bias), namespace)
+    return namespace
+
+
+def test_a_count_built_from_the_learners_wrong_module_is_graded_on_its_own():
+    """A count that builds the learner's own module pays nothing for that module's mistake (a bias left out):
+    the runner reports the built module's parameters and the judge compares the count with them. A count that
+    builds the module with the wrong arguments, or a wrong formula, still fails; without `builds` it fails too."""
+    built = "sum(p.numel() for p in Affine(d_in, d_out).parameters())"
+    for bias in ("", ", bias=False"):  # a right module, then one whose Linear has no bias
+        learner = _affine_learner(built, bias)
+        run_local(AFFINE_COUNT, learner["affine_parameter_count"], seed=SEED, device="cpu", namespace=learner)
+        assert learner["Affine"].__name__ == "Affine" and isinstance(learner["Affine"], type)  # the class is restored
+    swapped = _affine_learner("sum(p.numel() for p in Affine(d_out, d_in).parameters())", ", bias=False")
+    _fails(AFFINE_COUNT, swapped["affine_parameter_count"], "not right", namespace=swapped)  # built with the wrong arguments
+    formula = _affine_learner("d_out * d_in + d_out", ", bias=False")  # its own formula, wrong as the module is
+    _fails(AFFINE_COUNT, formula["affine_parameter_count"], "not right", namespace=formula)
+    alone = function_check(affine_parameter_count, lambda seed: [Case("3, 5", (3, 5))], ("count",), meta=False)
+    learner = _affine_learner(built, ", bias=False")
+    _fails(alone, learner["affine_parameter_count"], "not right", namespace=learner)

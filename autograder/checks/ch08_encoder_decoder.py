@@ -498,7 +498,7 @@ CHECKS = {
                                        FORBIDDEN, salt=DECODER_SALT),
     "transformer_parameter_count_hidden": function_check(
         ref.transformer_parameter_count, _count_cases, ("count",), COUNT_MISTAKES, COUNT_HINTS, FORBIDDEN, meta=False,
-        dtypes=None, extra=_count_is_int),
+        dtypes=None, extra=_count_is_int, builds=("Transformer",)),  # a count of a Transformer built on the learner's DecoderLayer
     "greedy_decode_hidden": function_check(
         ref.greedy_decode, _greedy_cases, ("tokens",), GREEDY_MISTAKES, GREEDY_HINTS, FORBIDDEN, meta=False,
         categories=("values", "shape"), shape_mistakes=GREEDY_SHAPE_MISTAKES),

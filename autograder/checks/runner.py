@@ -138,6 +138,7 @@ def _transformed(value):
         return False
 
 
+MAX_PARAMETERS = 512  # parameters of a built module whose shapes are reported (see encode_value)
 MAX_ITEMS = 64  # items of a returned tuple that are reported (a training step returns its loss and every parameter)
 
 
@@ -344,7 +345,6 @@ def _recording(fn, name, log, active=None):
                 snapshots.append((a, a.detach().clone()))
         return given, snapshots, None
 
-    @functools.wraps(fn)
     def recorder(*args, **kwargs):
         recording = len(log) < CALLEE_RECORDS
         given, snapshots, why = None, [], None
@@ -375,7 +375,7 @@ def _recording(fn, name, log, active=None):
                 if given is None or _any_transformed(out):
                     log.append({"name": name, "unrecorded": why or "its result could not be read"})
                 else:
-                    entry = {"name": name, "args": given, "out": encode_value(out)}
+                    entry = {"name": name, "args": given, "out": encode_built(out) if isinstance(fn, type) else encode_value(out)}
                     if any(not _unchanged(before, a) for a, before in snapshots):
                         entry["mutated"] = True
                     log.append(entry)
@@ -383,7 +383,24 @@ def _recording(fn, name, log, active=None):
                 pass
         return out
 
+    # A class (a module another exercise defines, built by a count): its constructor calls are recorded and what
+    # they built is reported as its parameters' shapes (encode_value); its own attributes are not copied over.
+    functools.update_wrapper(recorder, fn, updated=() if isinstance(fn, type) else functools.WRAPPER_UPDATES)
     return recorder
+
+
+def encode_built(value):
+    """What a recorded class callee built (a module a parameter count builds): its parameters' names and shapes,
+    {"module": {"class", "parameters": [[name, shape], ...]}}; anything else as encode_value gives it."""
+    import torch
+
+    if not isinstance(value, torch.nn.Module):
+        return encode_value(value)
+    try:
+        shapes = [[str(n)[:100], [int(d) for d in p.shape]] for n, p in list(value.named_parameters())[:MAX_PARAMETERS]]
+    except Exception:
+        return {"other": "module"}
+    return {"module": {"class": type(value).__name__[:100], "parameters": shapes}}
 
 
 def decode_reported(enc, device=None):
