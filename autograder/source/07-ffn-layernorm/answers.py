@@ -35,6 +35,10 @@ WRONG_ANSWERS = {
         "    if weight is None:\n        weight = torch.ones(x.shape[-1], dtype=x.dtype)\n    y = y * weight",
         "device", category="device",
     ),
+    "ln_weight_and_bias_both_or_none": WrongAnswer(
+        "layer_norm", "    if weight is not None:\n        y = y * weight\n    if bias is not None:\n        y = y + bias",
+        "    if weight is not None and bias is not None:\n        y = y * weight + bias", "only when both weight and bias are given",
+    ),
     # FeedForward
     "ff_no_activation": WrongAnswer("FeedForward", _FF_ACT, "        pass", "no activation between the two linear layers"),
     "ff_layer_names": WrongAnswer(

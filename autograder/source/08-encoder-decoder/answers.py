@@ -73,6 +73,11 @@ VALID_ANSWERS = {
         "        for norm, sublayer in sublayers:\n"
         "            x = x + sublayer(norm(x)) if self.norm_first else norm(x + sublayer(x))\n")),),
         "the three sub-layers as a list of (norm, sublayer) pairs in a loop, calling the attentions directly"),
+    "decoder_norms_also_in_a_module_list": ValidAnswer((Edit("DecoderLayer",
+        "        self.norm3 = nn.LayerNorm(d_model)\n",
+        "        self.norm3 = nn.LayerNorm(d_model)\n"
+        "        self.norms = nn.ModuleList([getattr(self, f\"norm{i}\") for i in (1, 2, 3)])  # the same modules, twice registered\n"),),
+        "the named norms also kept in a ModuleList (each parameter under two names in state_dict)"),
     "count_by_building_blocks_on_meta": ValidAnswer((Edit("transformer_parameter_count", "", '''def transformer_parameter_count(src_vocab, tgt_vocab, d_model, d_ff, n_layers, share_embeddings=False, tie_output=False,
                                 final_norm=False):
     def size(module):
