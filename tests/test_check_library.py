@@ -1024,3 +1024,90 @@ def test_a_count_built_from_the_learners_wrong_module_is_graded_on_its_own():
     alone = function_check(affine_parameter_count, lambda seed: [Case("3, 5", (3, 5))], ("count",), meta=False)
     learner = _affine_learner(built, ", bias=False")
     _fails(alone, learner["affine_parameter_count"], "not right", namespace=learner)
+
+
+# --- Train mode with a recorded sublayer: the caller's masks do not depend on what the callee drops --------------
+
+
+class Residual(nn.Module):
+    """x + dropout(mlp(x)): a layer with a graded sublayer (Mlp, its callee) and its own dropout of x's shape."""
+
+    def __init__(self, d, hidden, dropout=0.0):
+        super().__init__()
+        self.mlp, self.dropout = Mlp(d, hidden, dropout), nn.Dropout(dropout)
+
+    def forward(self, x):
+        return x + self.dropout(self.mlp(x))  # (B, T, d)
+
+
+RESIDUAL = module_check(Residual, lambda seed: [ModuleCase("train(), dropout = 0.5, x (2, 4, 6)", {"d": 6, "hidden": 10, "dropout": 0.5},
+                                                           (torch.randn(2, 4, 6, generator=checks.generator(seed, 4)),), train=True)],
+                        ("y",), callees=("Mlp.forward",), salt=8)
+
+LEARNER_RESIDUAL = '''
+import torch
+from torch import nn
+
+class Mlp(nn.Module):
+    def __init__(self, d, hidden, dropout=0.0):
+        super().__init__()
+        self.linear1, self.linear2, self.dropout = nn.Linear(d, hidden), nn.Linear(hidden, d), nn.Dropout(dropout)
+
+    def forward(self, x):
+        return {mlp_body}
+
+class Residual(nn.Module):
+    def __init__(self, d, hidden, dropout=0.0):
+        super().__init__()
+        self.mlp, self.dropout = Mlp(d, hidden, dropout), nn.Dropout(dropout)
+
+    def forward(self, x):
+        return {residual_body}
+'''
+
+
+def test_a_sublayer_that_drops_the_wrong_tensor_costs_its_caller_nothing_in_train_mode():
+    """The learner's Mlp drops its output (a tensor of x's shape) instead of its hidden layer: a draw of x's shape
+    more, before the layer's own dropout. Counted apart (the callee's draws have their own keys), the layer's own
+    mask is the reference's and the layer keeps its points; a layer that drops the wrong tensor itself still fails."""
+    right_mlp, wrong_mlp = "self.linear2(self.dropout(torch.relu(self.linear1(x))))", "self.dropout(self.linear2(torch.relu(self.linear1(x))))"
+    for mlp_body in (right_mlp, wrong_mlp):
+        learner = {}
+        exec(LEARNER_RESIDUAL.format(mlp_body=mlp_body, residual_body="x + self.dropout(self.mlp(x))"), learner)
+        run_local(RESIDUAL, learner["Residual"], seed=SEED, device="cpu", namespace=learner)
+    for mlp_body in (right_mlp, wrong_mlp):  # the layer's own mistake: dropout on the sum, not on the branch
+        learner = {}
+        exec(LEARNER_RESIDUAL.format(mlp_body=mlp_body, residual_body="self.dropout(x + self.mlp(x))"), learner)
+        _fails(RESIDUAL, learner["Residual"], "wrong values", namespace=learner)
+
+
+COURSE_MODEL_CELL = '''
+import torch
+from torch import nn
+
+class Affine(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.proj = nn.Linear(d_in, d_out)
+        self.gain = nn.Parameter(torch.ones(d_out))
+
+    def forward(self, x):
+        if x.size(-1) != self.proj.in_features:
+            raise ValueError(f"expected {self.proj.in_features} features, got {x.size(-1)}")
+        return self.proj(x) * self.gain
+'''
+
+
+def test_an_error_raised_inside_the_course_model_a_call_passes_is_not_blamed_on_that_model():
+    """The model a check passes (a Model argument, the course's class) raised because of what the learner's function
+    gave it: the message says to look at what the function passes, never "fix that one first"; an error raised in a
+    learner's own helper still names the helper to fix."""
+    namespace = {}
+    exec(compile(COURSE_MODEL_CELL, "<cell-1>", "exec"), namespace)
+    exec(compile("def run_model_twice(model, x):\n    return model(model(x)[..., :2])\n", "<cell-2>", "exec"), namespace)
+    with pytest.raises(AssertionError) as failure:
+        run_local(TWICE_MODEL, namespace["run_model_twice"], seed=SEED, device="cpu", namespace=namespace)
+    assert "the course's model that run_model_twice is given" in str(failure.value) and "fix that one first" not in str(failure.value)
+    exec(compile("def helper(y):\n    raise ValueError('a helper of its own')\n\ndef run_model_twice(model, x):\n    return helper(model(x))\n",
+                 "<cell-3>", "exec"), namespace)
+    _fails(TWICE_MODEL, namespace["run_model_twice"], "comes from `helper`.*fix that one first", namespace=namespace)

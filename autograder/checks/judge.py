@@ -17,7 +17,7 @@ from unittest import mock
 import torch
 
 from autograder.checks import runner, visible
-from autograder.checks.cases import TOLERANCES
+from autograder.checks.cases import TOLERANCES, Model
 from autograder.checks.wire import ReportedDevice, Returned, Unreadable, decode_value, describe, to_tensors
 
 
@@ -79,6 +79,11 @@ def explain_error(name, error, label, error_hints, error_in=None):
     error_in: the innermost notebook function the error came from, when it is not `name` itself."""
     if error_in and (error_in == name or error_in.startswith(f"{name}.")):
         error_in = None  # name itself, one of its methods, or a function nested in it
+    if error_in and error_in.startswith("course:"):  # the course's model the grader passed: what name gave it is at fault
+        given = error_in.split(":", 1)[1]
+        hint = next((h for f, h in (error_hints or {}).items() if f in error), None)
+        return (f"{name} raised {error} on {label}.\nThe error comes from `{given}`, the course's model that {name} is "
+                f"given: look at what {name} passes to it." + (f"\nLikely mistake: {hint}" if hint else ""))
     if error.strip() in ("NotImplementedError", "NotImplementedError:"):
         where = f" (`{error_in}`, which {name} calls)" if error_in and error_in != name else ""
         return f"{name} is not implemented yet{where}: replace `raise NotImplementedError()`."
@@ -585,6 +590,9 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
         shown = record
         if isinstance(record, dict) and str(record.get("error_in") or "").split(".")[0] in callees and not faults():
             shown = {**record, "error_in": None}  # a callee that raised as the reference would: not its fault
+        elif isinstance(record, dict) and str(record.get("error_in") or "").split(".")[0] in {
+                a.name for a in (*call.args, *call.kwargs.values()) if isinstance(a, Model)}:
+            shown = {**record, "error_in": "course:" + str(record["error_in"])}  # a course model the call passed: never "fix it first"
         try:
             got = outcome({**shown, "mutated": False} if mutated_by_callee else shown, function, call.label, error_hints, forbidden)
         except AssertionError as failure:
