@@ -1111,3 +1111,14 @@ def test_an_error_raised_inside_the_course_model_a_call_passes_is_not_blamed_on_
     exec(compile("def helper(y):\n    raise ValueError('a helper of its own')\n\ndef run_model_twice(model, x):\n    return helper(model(x))\n",
                  "<cell-3>", "exec"), namespace)
     _fails(TWICE_MODEL, namespace["run_model_twice"], "comes from `helper`.*fix that one first", namespace=namespace)
+
+
+def test_the_visible_exact_comparison_refuses_a_float_or_a_tensor_where_an_int_is_expected():
+    """One rule for every integer answer, in the visible checks as in the hidden ones: 12.0 and tensor(12) are not 12."""
+    expect_equal, CheckFailed = checks.visible.expect_equal, checks.visible.CheckFailed
+    expect_equal(12, 12, "a count")
+    for wrong in (12.0, torch.tensor(12), 13):
+        with pytest.raises(CheckFailed, match="a count is"):
+            expect_equal(wrong, 12, "a count")
+    with pytest.raises(CheckFailed):
+        expect_equal(1, True, "a flag")  # a bool is expected: an int is not one
