@@ -971,3 +971,154 @@ def test_visible_meta_check_does_not_swallow_a_refused_device_argument():
     expect_meta(table, 2, 3, device=torch.device("meta"), shape=(2, 3), what="table(2, 3, device='meta')")
     with pytest.raises(AssertionError, match="(?s)unexpected keyword argument 'device'.*Keep the signature"):
         expect_meta(table_without_device, 2, 3, device=torch.device("meta"), shape=(2, 3), what="table(2, 3, device='meta')")
+
+
+# --- A count that builds another exercise's module: graded on its own ------------------------------------
+
+
+def affine_parameter_count(d_in: int, d_out: int) -> int:
+    """The parameters of Affine(d_in, d_out): W (d_out x d_in), b (d_out), gain (d_out)."""
+    return d_out * d_in + 2 * d_out
+
+
+AFFINE_COUNT = function_check(affine_parameter_count, lambda seed: [Case(f"{a}, {b}", (a, b)) for a, b in ((3, 5), (8, 2))],
+                              ("count",), meta=False, builds=("Affine",))
+
+LEARNER_AFFINE = '''
+import torch
+from torch import nn
+
+class Affine(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.proj = nn.Linear(d_in, d_out{linear_bias})
+        self.gain = nn.Parameter(torch.ones(d_out))
+
+    def forward(self, x):
+        return self.proj(x) * self.gain
+
+def affine_parameter_count(d_in, d_out):
+    return {count}
+'''
+
+
+def _affine_learner(count, linear_bias=""):
+    namespace = {}
+    exec(LEARNER_AFFINE.format(count=count, linear_bias=linear_bias), namespace)
+    return namespace
+
+
+def test_a_count_built_from_the_learners_wrong_module_is_graded_on_its_own():
+    """A count that builds the learner's own module pays nothing for that module's mistake (a bias left out):
+    the runner reports the built module's parameters and the judge compares the count with them. A count that
+    builds the module with the wrong arguments, or a wrong formula, still fails; without `builds` it fails too."""
+    built = "sum(p.numel() for p in Affine(d_in, d_out).parameters())"
+    for bias in ("", ", bias=False"):  # a right module, then one whose Linear has no bias
+        learner = _affine_learner(built, bias)
+        run_local(AFFINE_COUNT, learner["affine_parameter_count"], seed=SEED, device="cpu", namespace=learner)
+        assert learner["Affine"].__name__ == "Affine" and isinstance(learner["Affine"], type)  # the class is restored
+    swapped = _affine_learner("sum(p.numel() for p in Affine(d_out, d_in).parameters())", ", bias=False")
+    _fails(AFFINE_COUNT, swapped["affine_parameter_count"], "not right", namespace=swapped)  # built with the wrong arguments
+    formula = _affine_learner("d_out * d_in + d_out", ", bias=False")  # its own formula, wrong as the module is
+    _fails(AFFINE_COUNT, formula["affine_parameter_count"], "not right", namespace=formula)
+    alone = function_check(affine_parameter_count, lambda seed: [Case("3, 5", (3, 5))], ("count",), meta=False)
+    learner = _affine_learner(built, ", bias=False")
+    _fails(alone, learner["affine_parameter_count"], "not right", namespace=learner)
+
+
+# --- Train mode with a recorded sublayer: the caller's masks do not depend on what the callee drops --------------
+
+
+class Residual(nn.Module):
+    """x + dropout(mlp(x)): a layer with a graded sublayer (Mlp, its callee) and its own dropout of x's shape."""
+
+    def __init__(self, d, hidden, dropout=0.0):
+        super().__init__()
+        self.mlp, self.dropout = Mlp(d, hidden, dropout), nn.Dropout(dropout)
+
+    def forward(self, x):
+        return x + self.dropout(self.mlp(x))  # (B, T, d)
+
+
+RESIDUAL = module_check(Residual, lambda seed: [ModuleCase("train(), dropout = 0.5, x (2, 4, 6)", {"d": 6, "hidden": 10, "dropout": 0.5},
+                                                           (torch.randn(2, 4, 6, generator=checks.generator(seed, 4)),), train=True)],
+                        ("y",), callees=("Mlp.forward",), salt=8)
+
+LEARNER_RESIDUAL = '''
+import torch
+from torch import nn
+
+class Mlp(nn.Module):
+    def __init__(self, d, hidden, dropout=0.0):
+        super().__init__()
+        self.linear1, self.linear2, self.dropout = nn.Linear(d, hidden), nn.Linear(hidden, d), nn.Dropout(dropout)
+
+    def forward(self, x):
+        return {mlp_body}
+
+class Residual(nn.Module):
+    def __init__(self, d, hidden, dropout=0.0):
+        super().__init__()
+        self.mlp, self.dropout = Mlp(d, hidden, dropout), nn.Dropout(dropout)
+
+    def forward(self, x):
+        return {residual_body}
+'''
+
+
+def test_a_sublayer_that_drops_the_wrong_tensor_costs_its_caller_nothing_in_train_mode():
+    """The learner's Mlp drops its output (a tensor of x's shape) instead of its hidden layer: a draw of x's shape
+    more, before the layer's own dropout. Counted apart (the callee's draws have their own keys), the layer's own
+    mask is the reference's and the layer keeps its points; a layer that drops the wrong tensor itself still fails."""
+    right_mlp, wrong_mlp = "self.linear2(self.dropout(torch.relu(self.linear1(x))))", "self.dropout(self.linear2(torch.relu(self.linear1(x))))"
+    for mlp_body in (right_mlp, wrong_mlp):
+        learner = {}
+        exec(LEARNER_RESIDUAL.format(mlp_body=mlp_body, residual_body="x + self.dropout(self.mlp(x))"), learner)
+        run_local(RESIDUAL, learner["Residual"], seed=SEED, device="cpu", namespace=learner)
+    for mlp_body in (right_mlp, wrong_mlp):  # the layer's own mistake: dropout on the sum, not on the branch
+        learner = {}
+        exec(LEARNER_RESIDUAL.format(mlp_body=mlp_body, residual_body="self.dropout(x + self.mlp(x))"), learner)
+        _fails(RESIDUAL, learner["Residual"], "wrong values", namespace=learner)
+
+
+COURSE_MODEL_CELL = '''
+import torch
+from torch import nn
+
+class Affine(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.proj = nn.Linear(d_in, d_out)
+        self.gain = nn.Parameter(torch.ones(d_out))
+
+    def forward(self, x):
+        if x.size(-1) != self.proj.in_features:
+            raise ValueError(f"expected {self.proj.in_features} features, got {x.size(-1)}")
+        return self.proj(x) * self.gain
+'''
+
+
+def test_an_error_raised_inside_the_course_model_a_call_passes_is_not_blamed_on_that_model():
+    """The model a check passes (a Model argument, the course's class) raised because of what the learner's function
+    gave it: the message says to look at what the function passes, never "fix that one first"; an error raised in a
+    learner's own helper still names the helper to fix."""
+    namespace = {}
+    exec(compile(COURSE_MODEL_CELL, "<cell-1>", "exec"), namespace)
+    exec(compile("def run_model_twice(model, x):\n    return model(model(x)[..., :2])\n", "<cell-2>", "exec"), namespace)
+    with pytest.raises(AssertionError) as failure:
+        run_local(TWICE_MODEL, namespace["run_model_twice"], seed=SEED, device="cpu", namespace=namespace)
+    assert "the course's model that run_model_twice is given" in str(failure.value) and "fix that one first" not in str(failure.value)
+    exec(compile("def helper(y):\n    raise ValueError('a helper of its own')\n\ndef run_model_twice(model, x):\n    return helper(model(x))\n",
+                 "<cell-3>", "exec"), namespace)
+    _fails(TWICE_MODEL, namespace["run_model_twice"], "comes from `helper`.*fix that one first", namespace=namespace)
+
+
+def test_the_visible_exact_comparison_refuses_a_float_or_a_tensor_where_an_int_is_expected():
+    """One rule for every integer answer, in the visible checks as in the hidden ones: 12.0 and tensor(12) are not 12."""
+    expect_equal, CheckFailed = checks.visible.expect_equal, checks.visible.CheckFailed
+    expect_equal(12, 12, "a count")
+    for wrong in (12.0, torch.tensor(12), 13):
+        with pytest.raises(CheckFailed, match="a count is"):
+            expect_equal(wrong, 12, "a count")
+    with pytest.raises(CheckFailed):
+        expect_equal(1, True, "a flag")  # a bool is expected: an int is not one

@@ -462,8 +462,6 @@ def test_the_module_visible_check_names_a_wrong_callee_not_the_module():
     assert "inverted mask" in seen and "does not give the right result yet" not in seen, seen
 
 
-@pytest.mark.xfail(strict=True, reason="library: the runner does not report the parameters of a module the learner's "
-                   "count builds, so the count cannot be graded on its own (see the ch04 report of issue 15)")
 def test_a_count_built_from_a_wrong_module_is_graded_on_its_own():
     count_from_module = trials.VALID_ANSWERS["count_from_own_module"].edits[0].new
     namespace = harness.namespace_of(M, ["mha_bias_always"], sources={"mha_parameter_count": count_from_module})

@@ -20,6 +20,7 @@ import math
 
 import torch
 
+from autograder.checks import runner
 from autograder.checks.cases import large_score_inputs
 from autograder.checks.visible import CheckFailed
 
@@ -41,11 +42,34 @@ def demo_weights(module, shapes, salt=0):
         n = math.prod(shape)
         i = torch.arange(n, dtype=torch.float64)
         state[name] = (torch.sin(1.3 * i + 0.3 * i * i + 0.7 * p + salt) / math.sqrt(shape[-1])).reshape(shape)
-    module.load_state_dict(state)
+    # Loaded as the grader loads them: by parameter name, not strict (a sublayer also kept in a ModuleList, or a
+    # weight shared by two names, appears twice in state_dict() and once in named_parameters(): both are loaded).
+    torch.nn.Module.load_state_dict(module, state, strict=False)
     return module
 
 
 DEMO_WEIGHTS_SOURCE = inspect.getsource(demo_weights).rstrip()
+
+
+# The grader's dropout (runner.seeded_dropout), copied into a notebook that checks a module in train() mode: the
+# visible checks draw the same masks as the hidden ones, and the literals below are computed under it.
+SEEDED_DROPOUT_SOURCE = inspect.getsource(runner.seeded_dropout).rstrip()
+
+
+def under_grader_dropout(run, seed):
+    """run, called under the grader's dropout masks drawn from `seed` (runner.seeded_dropout): a train() module's
+    output as the notebook's `with seeded_dropout(seed):` sees it (for literal() and mistakes())."""
+
+    def wrapped(*args, **kwargs):
+        with runner.seeded_dropout(seed):
+            return run(*args, **kwargs)
+
+    return wrapped
+
+
+def under_grader_dropout_all(variants, seed):
+    """{mistake: under_grader_dropout(run, seed)} for a table of demo_variants."""
+    return {description: under_grader_dropout(run, seed) for description, run in variants.items()}
 
 
 def demo_module(cls, init, salt=0, dtype=torch.float64, train=False):

@@ -425,7 +425,7 @@ def _count_is_int(call, record, got, expected):
 
 
 _COUNT = function_check(ref.mha_parameter_count, lambda seed: [], ("count",), COUNT_MISTAKES, COUNT_HINTS, FORBIDDEN, meta=False,
-                        extra=_count_is_int)
+                        extra=_count_is_int, builds=("MultiHeadAttention",))  # a count of the learner's own module: graded on its own
 _COUNT.plan = _count_plan
 
 CHECKS = {

@@ -186,9 +186,10 @@ ROTATION_HINTS = {
 # --- Known mistakes: apply_rope -----------------------------------------------------------------------
 
 
-def _rope_variant(x, positions=None, base=10000.0, halves=False, negative=False, angle_dtype=torch.float64):
+def _rope_variant(x, positions=None, base=10000.0, halves=False, negative=False, angle_dtype=torch.float64, omega_in_x_dtype=False):
     d = x.size(-1)
-    omega = ref.inverse_frequencies(d, base, device=x.device).to(angle_dtype)
+    omega = ref.inverse_frequencies(d, base, device=x.device)
+    omega = omega.to(x.dtype).to(angle_dtype) if omega_in_x_dtype else omega.to(angle_dtype)
     if positions is None:
         positions = torch.arange(x.size(-2), device=x.device)
     angles = positions.to(angle_dtype)[..., None] * omega * (-1 if negative else 1)
@@ -208,6 +209,9 @@ ROPE_MISTAKES = {
     "the angles pos * omega_i are computed in float32: at large positions they lose digits (about 0.001 rad at "
     "position 15000); compute them in float64 and cast cos and sin to x.dtype":
         lambda x, positions=None, base=10000.0: _rope_variant(x, positions, base, angle_dtype=torch.float32),
+    "the frequencies omega_i are rounded to x's dtype (float32) before the angles are formed: at positions near "
+    "1 000 000 that is about 0.01 rad; keep omega in float64 until cos and sin are cast to x.dtype":
+        lambda x, positions=None, base=10000.0: _rope_variant(x, positions, base, omega_in_x_dtype=True),
 }
 
 ROPE_HINTS = {
@@ -411,6 +415,8 @@ def _rope_cases(seed):
         Case("x (6, 6), base = 100.0, positions 3..8", (r(6, 6), torch.arange(3, 9)), {"base": 100.0}),
         # large positions: float32 angles lose digits there (the exercise asks for float64 angles)
         Case("x (1, 6, 32) at large positions 15000..15005", (r(1, 6, 32), torch.arange(15_000, 15_006))),
+        # a long context: frequencies rounded to float32 (then multiplied in float64) are off by about 0.01 rad here
+        Case("x (1, 4, 16) at very large positions 1000000..1000003", (r(1, 4, 16), torch.arange(1_000_000, 1_000_004))),
     ]
 
 

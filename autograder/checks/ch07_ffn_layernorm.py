@@ -29,10 +29,12 @@ from solutions import ch07_ffn_layernorm as ref
 # --- layer_norm ------------------------------------------------------------------------------------------------
 
 
-def _ln(x, weight, bias, eps=1e-5, *, unbiased=False, eps_outside=False, dim=-1):
+def _ln(x, weight, bias, eps=1e-5, *, unbiased=False, eps_outside=False, dim=-1, both_or_none=False):
     mean = x.mean(dim=dim, keepdim=True)
     var = x.var(dim=dim, keepdim=True, unbiased=unbiased)
     y = (x - mean) / (var.sqrt() + eps) if eps_outside else (x - mean) / torch.sqrt(var + eps)
+    if both_or_none and (weight is None or bias is None):
+        return y  # `if weight is not None and bias is not None: y = y * weight + bias`
     if weight is not None:
         y = y * weight
     if bias is not None:
@@ -47,6 +49,8 @@ LAYER_NORM_MISTAKES = {
     "normalised over the wrong dimension (dim 0, across the batch, as BatchNorm does): LayerNorm normalises each "
     "position over its own features, the last dimension": lambda x, w, b, eps=1e-5: _ln(x, w, b, eps, dim=0),
     "weight and bias swapped: y = normalised * weight + bias": lambda x, w, b, eps=1e-5: _ln(x, b, w, eps),
+    "scale and shift applied only when both weight and bias are given (if weight is not None and bias is not None): "
+    "each is optional on its own, a weight with bias=None still scales": lambda x, w, b, eps=1e-5: _ln(x, w, b, eps, both_or_none=True),
 }
 
 LAYER_NORM_HINTS = {
@@ -381,6 +385,9 @@ def _layer_norm_cases(seed):
              (torch.cat([_randn(g, 1, 7), torch.full((1, 7), 2.5), _randn(g, 1, 7)]), _randn(g, 7), _randn(g, 7))),
         Case("large inputs: x (2, 16) with entries about 1000 apart",
              (_randn(g, 2, 16, scale=1000.0, shift=500.0), _randn(g, 16), _randn(g, 16))),
+        # each optional argument on its own (nn.LayerNorm(d, bias=False) calls it with a weight and bias=None)
+        Case("x (3, 4, 10), weight (10,), bias None (scale, no shift)", (_randn(g, 3, 4, 10), _randn(g, 10), None)),
+        Case("x (5, 6), weight None, bias (6,) (shift, no scale)", (_randn(g, 5, 6), None, _randn(g, 6))),
     ]
 
 

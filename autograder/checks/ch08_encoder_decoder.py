@@ -410,16 +410,33 @@ def ends_well(path, eos, max_len, all_finish):
     return any(s is not None and any(t != eos for t in row[s:stop]) for s, row in zip(steps, path.tolist()))
 
 
+class _MaskLeftOut:
+    """A model whose encode or decode (`where`) is called without the source mask: a caller's mistake, simulated."""
+
+    def __init__(self, model, where):
+        self.model, self.where = model, where
+
+    def encode(self, src, src_mask=None):
+        return self.model.encode(src, None if self.where == "encode" else src_mask)
+
+    def decode(self, tgt, memory, src_mask=None):
+        return self.model.decode(tgt, memory, None if self.where == "decode" else src_mask)
+
+
 def decoding_setup(g, init, batch, src_len, lengths, max_len, all_finish):
     """Weights, a source batch and an end token for greedy_decode, drawn with `g`, whose greedy path has no
-    near tie and ends as ends_well asks. Returns (state, src, src_mask, eos_id)."""
-    for _ in range(200):
+    near tie, ends as ends_well asks, and changes at its first token when src_mask is left out of encode or of
+    decode (so every case sees the mask dropped from either call). Returns (state, src, src_mask, eos_id)."""
+    for _ in range(400):
         state = toy_state(init, g)
         src = torch.randint(3, init["src_vocab"], (batch, src_len), generator=g)
         mask = _lengths_mask(lengths, src_len)
         src = torch.where(mask[:, 0, 0], src, PAD)
-        path, gap = free_run(toy_model(init, state), src, mask, max_len)
+        model = toy_model(init, state)
+        path, gap = free_run(model, src, mask, max_len)
         if gap < GAP_MIN:
+            continue
+        if any(bool((free_run(_MaskLeftOut(model, where), src, mask, 1)[0][:, 0] == path[:, 0]).all()) for where in ("encode", "decode")):
             continue
         for eos in range(2, init["tgt_vocab"]):
             if ends_well(path, eos, max_len, all_finish):

@@ -17,7 +17,7 @@ from unittest import mock
 import torch
 
 from autograder.checks import runner, visible
-from autograder.checks.cases import TOLERANCES
+from autograder.checks.cases import TOLERANCES, Model
 from autograder.checks.wire import ReportedDevice, Returned, Unreadable, decode_value, describe, to_tensors
 
 
@@ -79,6 +79,11 @@ def explain_error(name, error, label, error_hints, error_in=None):
     error_in: the innermost notebook function the error came from, when it is not `name` itself."""
     if error_in and (error_in == name or error_in.startswith(f"{name}.")):
         error_in = None  # name itself, one of its methods, or a function nested in it
+    if error_in and error_in.startswith("course:"):  # the course's model the grader passed: what name gave it is at fault
+        given = error_in.split(":", 1)[1]
+        hint = next((h for f, h in (error_hints or {}).items() if f in error), None)
+        return (f"{name} raised {error} on {label}.\nThe error comes from `{given}`, the course's model that {name} is "
+                f"given: look at what {name} passes to it." + (f"\nLikely mistake: {hint}" if hint else ""))
     if error.strip() in ("NotImplementedError", "NotImplementedError:"):
         where = f" (`{error_in}`, which {name} calls)" if error_in and error_in != name else ""
         return f"{name} is not implemented yet{where}: replace `raise NotImplementedError()`."
@@ -376,6 +381,33 @@ def compose(call, record, reference_call, callees, module_name):
     return outputs, not missed and not unrecorded and len(used) == len(entries)
 
 
+def built_parameters(record, builds, module_name):
+    """A count graded apart from the module it builds: (learner's total, reference's total) of the parameters of
+    every module of the classes `builds` (other exercises' modules, e.g. MultiHeadAttention) that the learner's
+    function built, the reference's being the reference class built here (on the meta device: shapes only) with
+    the same constructor arguments. None when nothing was built or a build could not be read or redone."""
+    module = sys.modules[module_name]
+    learner = reference = 0
+    built = False
+    for entry in (record.get("callees") or []) if isinstance(record, dict) else []:
+        if not isinstance(entry, dict) or entry.get("name") not in builds:
+            continue
+        out, given = entry.get("out"), entry.get("args")
+        if not isinstance(given, dict) or not isinstance(out, dict) or not isinstance(out.get("module"), dict):
+            return None  # a build that raised or was not recorded: nothing to grade the count against
+        cls = getattr(module, entry["name"], None)
+        try:
+            kwargs = {k: to_tensors(decode_value(v)) for k, v in given.items()}
+            with torch.device("meta"):
+                made = cls(**kwargs)
+            reference += sum(p.numel() for p in made.parameters())
+            learner += sum(math.prod(int(d) for d in shape) for _, shape in out["module"]["parameters"])
+        except Exception:
+            return None
+        built = True
+    return (learner, reference) if built else None
+
+
 def composed(call, record, reference_call, callees, module_name):
     """The outputs of compose() (None when nothing was recorded)."""
     return compose(call, record, reference_call, callees, module_name)[0]
@@ -453,7 +485,7 @@ def call_float_rel(call):
 
 
 def judge_calls(calls, records, function, names, reference_call, mistakes, error_hints, forbidden, run_mistake=None, extra=None, callees=(),
-                shape_mistakes=None, gradient_mistakes=None):
+                shape_mistakes=None, gradient_mistakes=None, builds=()):
     """The shared judging loop: for each call, the reference's outputs (reference_call(call)) and the learner's
     reported ones, compared output by output; gradients too when the call asks for them.
     extra(call, record, got, expected): a further check of one call (e.g. a module that did not keep its weights).
@@ -479,6 +511,11 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
        proven fault: judged as in 1-2), and so does a wrong caller whose callee is wrong but called in the
        reference's pattern (the composition is complete).
     4. Else the caller's own mistake stands; the message names the callee only when it is proven wrong.
+    builds: classes of other exercises that a count may build (e.g. MultiHeadAttention for its parameter count).
+    A count that differs from the reference is right when it is the number of parameters of the modules it built,
+    those modules are proven wrong (the reference class, built with the same arguments, has other parameters)
+    and the reference class built that way gives the reference count (the count asked for the right module):
+    the module's mistake is charged in its own exercise only (built_parameters).
     The meta pass (inputs on device 'meta', shapes only) costs points only for a device mistake it can prove:
     tensors of two devices meeting (an error saying so, or the runner seeing an op mix them) or a result on
     another device. Code that needs values (.item(), .tolist(), int(t), boolean indexing) cannot run on meta:
@@ -553,6 +590,9 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
         shown = record
         if isinstance(record, dict) and str(record.get("error_in") or "").split(".")[0] in callees and not faults():
             shown = {**record, "error_in": None}  # a callee that raised as the reference would: not its fault
+        elif isinstance(record, dict) and str(record.get("error_in") or "").split(".")[0] in {
+                a.name for a in (*call.args, *call.kwargs.values()) if isinstance(a, Model)}:
+            shown = {**record, "error_in": "course:" + str(record["error_in"])}  # a course model the call passed: never "fix it first"
         try:
             got = outcome({**shown, "mutated": False} if mutated_by_callee else shown, function, call.label, error_hints, forbidden)
         except AssertionError as failure:
@@ -584,6 +624,9 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
             # Graded on its own: right if it is the reference composed with what the learner's callees returned.
             alternative, complete = compose(call, record, reference_call, callees, module_name) if callees else (None, False)
             blame = callee_blame(record, callees, module_name, call.dtype) if callees else ""
+            counted = built_parameters(record, builds, module_name) if builds else None
+            if counted is not None and counted[0] != counted[1] and len(got) == len(expected) == 1 and counted[1] == expected[0]:
+                alternative = (counted[0],)  # the count of the (wrong) module it built, asked for the right module
             if alternative is not None and len(alternative) == len(got):
                 try:
                     for what, g, e in zip(names, got, alternative):

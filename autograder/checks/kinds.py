@@ -89,7 +89,7 @@ def reference_plan(cases_fn, meta=True, dtypes=DTYPES):
 
 def function_check(reference, cases_fn, names, mistakes=None, error_hints=None, forbidden=None, callees=(), meta=True,
                    categories=None, function=None, *, dtypes=DTYPES, keyed=False, shape_mistakes=None, gradient_mistakes=None,
-                   extra=None):
+                   extra=None, builds=()):
     """The hidden check of a graded function: cases from `cases_fn(seed)` in each of `dtypes` (float32 and
     float64; None: once as given) on the grading device (and on meta unless meta=False), each output compared
     with `reference` on the same inputs. Outputs may be tensors (values, shape, dtype, device), ints and bools
@@ -99,7 +99,9 @@ def function_check(reference, cases_fn, names, mistakes=None, error_hints=None, 
     Known mistakes ({description: function with the mistake}) are named in the feedback when the learner's
     outputs equal theirs: `mistakes` by values, `shape_mistakes` by the (wrong) shapes they give whatever their
     values, `gradient_mistakes` by their gradients (for cases with grad_wrt).
-    extra(call, record, got, expected): a further check of each call, before the comparison (its own message)."""
+    extra(call, record, got, expected): a further check of each call, before the comparison (its own message).
+    builds: classes of other exercises that the function may build (a parameter count building MultiHeadAttention):
+    the runner reports what each build gave, and a count is graded apart from those classes' mistakes (judge_calls)."""
     forbidden = forbidden or {}
     functions = vars(sys.modules[reference.__module__])
     catalogue = (dict(mistakes or {}), dict(shape_mistakes or {}), dict(gradient_mistakes or {}))  # as given (dicts for keyed)
@@ -122,7 +124,8 @@ def function_check(reference, cases_fn, names, mistakes=None, error_hints=None, 
         if keyed:
             records = _keyed_records(records, names, function)
         judge_calls(calls, records, function, names, reference_call, mistakes or {}, error_hints or {}, forbidden, run_mistake,
-                    extra, callees=tuple(callees), shape_mistakes=shape_mistakes, gradient_mistakes=gradient_mistakes)
+                    extra, callees=tuple(callees), shape_mistakes=shape_mistakes, gradient_mistakes=gradient_mistakes,
+                    builds=tuple(builds))
 
     plan = reference_plan(cases_fn, meta=meta, dtypes=dtypes)
     if keyed:
@@ -132,7 +135,7 @@ def function_check(reference, cases_fn, names, mistakes=None, error_hints=None, 
                 raise ValueError(f"{reference.__name__}: gradient probes (grad_wrt) are not supported for a function that returns a dict")
             return calls
 
-    return Check(function or reference.__name__, plan, judge, forbidden, tuple(callees),
+    return Check(function or reference.__name__, plan, judge, forbidden, (*callees, *builds),
                  categories or (("values", "shape", "dtype", "device") if meta else ("values",)), reference_call, *catalogue)
 
 

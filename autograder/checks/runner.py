@@ -138,6 +138,7 @@ def _transformed(value):
         return False
 
 
+MAX_PARAMETERS = 512  # parameters of a built module whose shapes are reported (see encode_value)
 MAX_ITEMS = 64  # items of a returned tuple that are reported (a training step returns its loss and every parameter)
 
 
@@ -344,7 +345,6 @@ def _recording(fn, name, log, active=None):
                 snapshots.append((a, a.detach().clone()))
         return given, snapshots, None
 
-    @functools.wraps(fn)
     def recorder(*args, **kwargs):
         recording = len(log) < CALLEE_RECORDS
         given, snapshots, why = None, [], None
@@ -375,7 +375,7 @@ def _recording(fn, name, log, active=None):
                 if given is None or _any_transformed(out):
                     log.append({"name": name, "unrecorded": why or "its result could not be read"})
                 else:
-                    entry = {"name": name, "args": given, "out": encode_value(out)}
+                    entry = {"name": name, "args": given, "out": encode_built(out) if isinstance(fn, type) else encode_value(out)}
                     if any(not _unchanged(before, a) for a, before in snapshots):
                         entry["mutated"] = True
                     log.append(entry)
@@ -383,7 +383,24 @@ def _recording(fn, name, log, active=None):
                 pass
         return out
 
+    # A class (a module another exercise defines, built by a count): its constructor calls are recorded and what
+    # they built is reported as its parameters' shapes (encode_value); its own attributes are not copied over.
+    functools.update_wrapper(recorder, fn, updated=() if isinstance(fn, type) else functools.WRAPPER_UPDATES)
     return recorder
+
+
+def encode_built(value):
+    """What a recorded class callee built (a module a parameter count builds): its parameters' names and shapes,
+    {"module": {"class", "parameters": [[name, shape], ...]}}; anything else as encode_value gives it."""
+    import torch
+
+    if not isinstance(value, torch.nn.Module):
+        return encode_value(value)
+    try:
+        shapes = [[str(n)[:100], [int(d) for d in p.shape]] for n, p in list(value.named_parameters())[:MAX_PARAMETERS]]
+    except Exception:
+        return {"other": "module"}
+    return {"module": {"class": type(value).__name__[:100], "parameters": shapes}}
 
 
 def decode_reported(enc, device=None):
@@ -483,10 +500,14 @@ class seeded_dropout:
     (dropout on the same tensors, in the same order), and different ones where it drops the wrong tensor or
     reuses one mask; a sublayer replaced by its recorded result (a callee, see judge.compose) does not shift the
     masks of tensors of other shapes. Nothing here is the built-in dropout kernel, so it runs where the guard
-    switches that off. seed None: F.dropout unchanged."""
+    switches that off. seed None: F.dropout unchanged.
+    active: the learner's callees running now (run_call's list). A draw made while a callee runs is keyed by that
+    callee's name and counted apart, so a callee that drops other tensors (or more of them) than the reference
+    leaves its caller's own masks as they are: composed with the callee's recorded result (judge.compose), the
+    reference draws the caller's masks exactly as the learner's caller did (no double penalty in train() mode)."""
 
-    def __init__(self, seed):
-        self.seed, self.original = seed, None
+    def __init__(self, seed, active=None):
+        self.seed, self.original, self.active = seed, None, active
 
     def __enter__(self):
         if self.seed is None:
@@ -494,15 +515,18 @@ class seeded_dropout:
         import torch
         import torch.nn.functional as F
 
-        seed, drawn = int(self.seed), {}  # shape -> how many masks of that shape were drawn
+        import zlib
+
+        seed, drawn, active = int(self.seed), {}, self.active  # (scope, shape) -> how many masks were drawn there
 
         def dropout(input, p=0.5, training=True, inplace=False):
             if not training or p == 0:
                 return input
             shape = tuple(input.shape)
-            k = drawn[shape] = drawn.get(shape, -1) + 1
+            scope = active[-1] if active else None  # the callee running now, if any
+            k = drawn[scope, shape] = drawn.get((scope, shape), -1) + 1
             key = seed
-            for n in (*shape, len(shape), k):
+            for n in (*shape, len(shape), k, *((zlib.crc32(str(scope).encode()),) if scope else ())):
                 key = (key * 1000003 + n) % (1 << 61)
             g = torch.Generator().manual_seed(key)
             keep = torch.rand(shape, generator=g, dtype=torch.float64) >= p  # (same shape as input), CPU
@@ -628,7 +652,7 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
         target = fn
         if "module" in call:
             target, record["weights_kept"] = _build_module(fn, call["module"], arrays, device)
-        with observe_fn, observe_aten, seeded_dropout(call.get("dropout_seed")):
+        with observe_fn, observe_aten, seeded_dropout(call.get("dropout_seed"), active):
             out = target(*args, **kwargs)
             grads = gradients(args, grad_wrt, out, int(call.get("grad_seed", 0))) if grad_wrt else None
         out = _state_after(out, call, args, kwargs)

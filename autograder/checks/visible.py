@@ -261,6 +261,10 @@ def expect_equal(actual, expected, what):
             wrong = (actual.detach().cpu() != expected).nonzero().tolist()[:5]
             raise CheckFailed(f"{what} is not right: {int((actual.detach().cpu() != expected).sum())} entries differ (e.g. at {wrong}).\nexpected:\n{expected}\ngot:\n{actual}")
         return
+    if isinstance(expected, int) and not isinstance(expected, bool) and (isinstance(actual, (float, torch.Tensor)) and not isinstance(actual, bool)):
+        # one rule for every integer answer, as the hidden checks: a count is a Python int, never 12.0 or tensor(12)
+        raise CheckFailed(f"{what} is {actual!r}, a {type(actual).__name__}; expected the int {expected!r}: a count is a whole "
+                          "number, return a Python int (// and int arithmetic, or int(...)).")
     if isinstance(actual, bool) != isinstance(expected, bool) or actual != expected:
         raise CheckFailed(f"{what} is {actual!r}; expected {expected!r}.")
 

@@ -38,6 +38,20 @@ _ROPE_PAIRS = (
 
 WRONG_ANSWERS = {
     # sinusoidal_pe
+    # issue 30's learner trial: large positions, dtypes, dropout, callee/caller pairs
+    "rope_positions_in_float32": WrongAnswer("apply_rope", "    angles = positions.to(torch.float64)[..., None] * omega  # (..., seq, d/2)",
+                                             "    angles = positions.to(torch.float32)[..., None] * omega.float()", "the angles pos * omega_i are computed in float32"),
+    "rope_cast_before_angles": WrongAnswer("apply_rope", "    omega = base ** (-two_i / d)  # (d/2,) float64",
+                                           "    omega = (base ** (-two_i / d)).to(x.dtype)", "the frequencies omega_i are rounded to x's dtype"),
+    "layer_table_in_float32": WrongAnswer("PositionalEncoding", "        pe = sinusoidal_pe(max_len, d_model, dtype=torch.float64)  # (max_len, d_model)",
+                                          "        pe = sinusoidal_pe(max_len, d_model)", "wrong values"),
+    "layer_dropout_before_adding": WrongAnswer("PositionalEncoding", "        return y * keep.to(y.device) * scale",
+                                               "        return x * keep.to(y.device) * scale + self.pe[:seq_len].to(x.dtype)", "train() with dropout = 0.25 and a generator"),
+    "rotation_wrong_rope_right": WrongAnswer("rotation_matrix", "    m[idx + 1, idx] = -s", "    m[idx + 1, idx] = s", "M @ PE[pos] is not PE[pos + k]"),
+    "alibi_queries_at_start": WrongAnswer("alibi_bias", "    q_pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (q_len, 1) positions of the queries",
+                                          "    q_pos = torch.arange(q_len, device=device)[:, None]", "aligned with the START of the keys"),
+    "pe_positions_from_one": WrongAnswer("sinusoidal_pe", "    pos = torch.arange(max_len, dtype=torch.float64, device=device)  # (max_len,) 0, 1, ..., max_len - 1",
+                                         "    pos = torch.arange(1, max_len + 1, dtype=torch.float64, device=device)", "positions start at 1"),
     "pe_halves": WrongAnswer("sinusoidal_pe", _PE_FILL, "    pe = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)  # all sines, then all cosines\n",
                              "concatenated in two halves"),
     "pe_i_not_2i": WrongAnswer("sinusoidal_pe", "    omega = base ** (-two_i / d_model)",
@@ -118,6 +132,47 @@ WRONG_ANSWERS = {
 # --- Correct answers written unlike the reference -------------------------------------------------------------
 
 VALID_ANSWERS = {
+    # issue 30's learner trial
+    "pe_outer_product_stack": ValidAnswer((Edit("sinusoidal_pe", "", '''def sinusoidal_pe(max_len, d_model, base=10000.0, *, dtype=torch.float32, device=None):
+    if d_model % 2:
+        raise ValueError("d_model must be even")
+    omega = torch.exp(-math.log(base) * torch.arange(0, d_model, 2, dtype=torch.float64, device=device) / d_model)
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float64, device=device), omega)  # (max_len, d/2)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2).to(dtype)
+'''),), "exp-log frequencies, torch.outer, sin/cos interleaved by stack + flatten"),
+    "layer_table_as_plain_slice_then_dropout_module": ValidAnswer((Edit("PositionalEncoding",
+        "        y = x + self.pe[:seq_len].to(x.dtype)  # (batch, seq, d_model): PE broadcast over the batch",
+        "        y = x + self.pe.narrow(0, 0, seq_len).unsqueeze(0).to(dtype=x.dtype)  # (1, seq, d) broadcast"),),
+        "narrow + unsqueeze instead of a slice"),
+    "rope_einsum_rotation_blocks": ValidAnswer((Edit("apply_rope", "", '''def apply_rope(x, positions=None, base=10000.0):
+    d = x.size(-1)
+    omega = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
+    if positions is None:
+        positions = torch.arange(x.size(-2), device=x.device)
+    theta = positions.double()[..., None] * omega  # (..., seq, d/2)
+    c, s = theta.cos(), theta.sin()
+    rot = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)  # (..., seq, d/2, 2, 2) rows are inputs
+    pairs = x.double().unflatten(-1, (d // 2, 2))  # (..., seq, d/2, 2)
+    return torch.einsum("...pi,...pij->...pj", pairs, rot).flatten(-2).to(x.dtype)
+'''),), "2x2 blocks applied with einsum in float64, cast at the end"),
+    "rope_via_rotation_matrix_per_position": ValidAnswer((Edit("apply_rope", "", '''def apply_rope(x, positions=None, base=10000.0):
+    if positions is None:
+        positions = torch.arange(x.size(-2), device=x.device)
+    positions = torch.broadcast_to(positions, x.shape[:-1])
+    out = torch.empty_like(x)
+    flat_x, flat_p, flat_out = x.reshape(-1, x.size(-1)), positions.reshape(-1), out.view(-1, x.size(-1))
+    for r in range(flat_x.size(0)):
+        m = rotation_matrix(float(flat_p[r]), x.size(-1), base, dtype=torch.float64, device=x.device)
+        flat_out[r] = (m.T @ flat_x[r].double()).to(x.dtype)
+    return out
+'''),), "the learner's rotation_matrix applied to each row in a loop (another call pattern of the callee)"),
+    "alibi_slopes_by_broadcast_abs_diff": ValidAnswer((Edit("alibi_bias", "", '''def alibi_bias(n_heads, q_len, k_len=None, *, device=None):
+    k_len = q_len if k_len is None else k_len
+    i = torch.arange(q_len, device=device, dtype=torch.float64) + (k_len - q_len)
+    j = torch.arange(k_len, device=device, dtype=torch.float64)
+    dist = torch.cdist(i[:, None], j[:, None], p=1)  # (q_len, k_len) |i - j|
+    return (-alibi_slopes(n_heads).double().to(device).view(-1, 1, 1) * dist).float()
+'''),), "distances by torch.cdist with p=1"),
     "pe_loop_over_pairs": ValidAnswer((Edit("sinusoidal_pe", "", '''def sinusoidal_pe(max_len, d_model, base=10000.0, *, dtype=torch.float32, device=None):
     if d_model % 2:
         raise ValueError(f"d_model = {d_model} is odd: the dimensions come in (sin, cos) pairs")

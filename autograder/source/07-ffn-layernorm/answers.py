@@ -35,6 +35,23 @@ WRONG_ANSWERS = {
         "    if weight is None:\n        weight = torch.ones(x.shape[-1], dtype=x.dtype)\n    y = y * weight",
         "device", category="device",
     ),
+    "ln_weight_and_bias_both_or_none": WrongAnswer(
+        "layer_norm", "    if weight is not None:\n        y = y * weight\n    if bias is not None:\n        y = y + bias",
+        "    if weight is not None and bias is not None:\n        y = y * weight + bias", "only when both weight and bias are given",
+    ),
+    # issue 30's learner trial: train-mode dropout, callee/caller pairs, dtypes, optional arguments
+    "ff_dropout_on_output": WrongAnswer("FeedForward", "        return self.linear2(self.dropout(h))  # (B, T, d_model)",
+                                        "        return self.dropout(self.linear2(h))", "applied to the output (after linear2)"),
+    "ff_relu_whatever_activation": WrongAnswer("FeedForward", _FF_ACT, "        h = F.relu(h)", "argument is ignored (always ReLU)"),
+    "enc_ff_branch_not_dropped": WrongAnswer("EncoderLayer", "        return self.dropout2(self.ff(x))  # (B, T, D)",
+                                             "        return self.ff(x)", "train() with dropout = 0.4 (the grader's dropout masks)"),
+    "enc_attention_branch_dropped_twice": WrongAnswer("EncoderLayer", "        return self.dropout1(out)",
+                                                      "        return self.dropout1(self.dropout1(out))", "train() with dropout = 0.4 (the grader's dropout masks)"),
+    "ff_wrong_but_layer_right": WrongAnswer("FeedForward", _FF_ACT, "        h = F.relu(h) if self.activation == 'gelu' else F.gelu(h)",
+                                            "wrong values"),
+    "ls_mean_over_all_positions": WrongAnswer("label_smoothed_cross_entropy", _LS_MEAN, "    return (loss * keep).mean()", "padding counted in the mean"),
+    "noam_max_not_min": WrongAnswer("noam_lr", _NOAM, "    return d_model**-0.5 * max(step**-0.5, step * warmup**-1.5)", "max instead of min"),
+    "drop_rescaled_by_p": WrongAnswer("inverted_dropout", _DROP_RETURN, "    return x * keep / p", "divided by p instead of (1 - p)"),
     # FeedForward
     "ff_no_activation": WrongAnswer("FeedForward", _FF_ACT, "        pass", "no activation between the two linear layers"),
     "ff_layer_names": WrongAnswer(
@@ -77,6 +94,48 @@ WRONG_ANSWERS = {
 }
 
 VALID_ANSWERS = {
+    # issue 30's learner trial
+    "ff_sequential_forward": ValidAnswer((Edit("FeedForward", "        return self.linear2(self.dropout(h))  # (B, T, d_model)",
+                                               "        return nn.Sequential(self.dropout, self.linear2)(h)"),),
+                                         "the last two steps run through an nn.Sequential of the same modules"),
+    "ln_var_mean_builtin": ValidAnswer((Edit("layer_norm", "", """def layer_norm(x, weight, bias, eps=1e-5):
+    var, mean = torch.var_mean(x, dim=-1, unbiased=False, keepdim=True)  # (..., 1) each
+    y = (x - mean) * torch.rsqrt(var + eps)
+    if weight is not None:
+        y = weight * y
+    return y if bias is None else y + bias
+"""),), "torch.var_mean and rsqrt, the optional arguments handled one by one"),
+    "enc_getattr_norms": ValidAnswer((Edit("EncoderLayer", "", """class EncoderLayer(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False, activation="relu"):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        for i in (1, 2):
+            setattr(self, f"norm{i}", LayerNorm(d_model))
+            setattr(self, f"dropout{i}", nn.Dropout(dropout))
+        self.norm_first = norm_first
+
+    def forward(self, x, mask=None):
+        branches = [lambda y: self.self_attn(y, y, y, mask)[0], self.ff]
+        for i, branch in enumerate(branches, start=1):
+            norm, drop = getattr(self, f"norm{i}"), getattr(self, f"dropout{i}")
+            x = x + drop(branch(norm(x))) if self.norm_first else norm(x + drop(branch(x)))
+        return x
+"""),), "norms and dropouts made and read with setattr / getattr(self, f'norm{i}') in loops"),
+    "enc_norms_also_in_a_module_list": ValidAnswer((Edit("EncoderLayer", "        self.norm2 = LayerNorm(d_model)\n",
+        "        self.norm2 = LayerNorm(d_model)\n        self.norms = nn.ModuleList([self.norm1, self.norm2])  # the same modules, twice registered\n"),),
+        "the named norms also kept in a ModuleList"),
+    "ls_log_softmax_gather": ValidAnswer((Edit("label_smoothed_cross_entropy", "", """def label_smoothed_cross_entropy(logits, target, eps, ignore_index=-100):
+    logp = torch.log_softmax(logits, dim=-1)  # (N, K)
+    keep = target != ignore_index
+    nll = -logp.gather(-1, target.clamp(min=0).masked_fill(~keep, 0)[:, None])[:, 0]  # (N,)
+    smooth = -logp.mean(dim=-1)  # (N,) the uniform part
+    loss = (1.0 - eps) * nll + eps * smooth
+    return loss[keep].sum() / keep.sum()
+"""),), "gather of the true class plus the uniform mean, boolean indexing of the kept rows"),
+    "drop_float_mask_from_generator": ValidAnswer((Edit("inverted_dropout", _DROP_RETURN,
+        "    return torch.where(keep, x / (1.0 - p), torch.zeros((), dtype=x.dtype, device=x.device))"),),
+        "torch.where with a zero scalar on x's device"),
     "ln_var_unbiased_false_and_rsqrt": ValidAnswer(
         (Edit("layer_norm", "", '''def layer_norm(x, weight, bias, eps=1e-5):
     var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)

@@ -12,6 +12,24 @@ from autograder.authoring.answers import Edit, ValidAnswer, WrongAnswer
 
 WRONG_ANSWERS = {
     # DecoderLayer
+    # issue 30's learner trial: train-mode dropout, stateful optimizers, masks
+    "train_own_sgd_always": WrongAnswer("train_step", "    if optimizer is None:\n        optimizer = torch.optim.SGD(model.parameters(), lr=lr)",
+                                        "    optimizer = torch.optim.SGD(model.parameters(), lr=lr)  # always its own", "the optimizer it is given is ignored"),
+    "train_no_zero_grad": WrongAnswer("train_step", "        optimizer.zero_grad()  # gradients add up in .grad: clear the previous step's\n",
+                                      "", "the gradients are never cleared"),
+    "train_loss_after_step": WrongAnswer("train_step", "        losses.append(loss.detach())",
+                                         "        losses.append(F.cross_entropy(model(src, dec_in, src_mask).reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=pad_id, label_smoothing=eps).detach())",
+                                         "wrong values"),
+    "greedy_src_mask_not_in_decode": WrongAnswer("greedy_decode", "        logits = model.decode(ys, memory, src_mask)",
+                                                 "        logits = model.decode(ys, memory, None)", "src_mask is not passed on"),
+    "greedy_src_mask_not_in_encode": WrongAnswer("greedy_decode", "    memory = model.encode(src, src_mask)",
+                                                 "    memory = model.encode(src, None)", "src_mask is not passed on"),
+    "decoder_dropout_after_residual": WrongAnswer("DecoderLayer", "            x = self.norm3(x + self._ff_block(x))",
+                                                  "            x = self.norm3(self.dropout3(x + self.ff(x)))", "train() with dropout = 0.4 (the grader's dropout masks)"),
+    "decoder_ff_input_dropped": WrongAnswer("DecoderLayer", "        return self.dropout3(self.ff(x))",
+                                            "        return self.ff(self.dropout3(x))", "train() with dropout = 0.4 (the grader's dropout masks)"),
+    "count_final_norm_once": WrongAnswer("transformer_parameter_count", "    finals = 2 * ln if final_norm else 0",
+                                         "    finals = ln if final_norm else 0", "one final LayerNorm instead of two"),
     "decoder_masks_inverted": WrongAnswer(
         "DecoderLayer", "        if self.norm_first:\n",
         "        # PyTorch's decoder layer wants ~mask\n"
@@ -73,6 +91,69 @@ VALID_ANSWERS = {
         "        for norm, sublayer in sublayers:\n"
         "            x = x + sublayer(norm(x)) if self.norm_first else norm(x + sublayer(x))\n")),),
         "the three sub-layers as a list of (norm, sublayer) pairs in a loop, calling the attentions directly"),
+    "decoder_norms_also_in_a_module_list": ValidAnswer((Edit("DecoderLayer",
+        "        self.norm3 = nn.LayerNorm(d_model)\n",
+        "        self.norm3 = nn.LayerNorm(d_model)\n"
+        "        self.norms = nn.ModuleList([getattr(self, f\"norm{i}\") for i in (1, 2, 3)])  # the same modules, twice registered\n"),),
+        "the named norms also kept in a ModuleList (each parameter under two names in state_dict)"),
+    "decoder_getattr_sublayers": ValidAnswer((Edit("DecoderLayer", (
+        "        if self.norm_first:\n"
+        "            x = x + self._self_block(self.norm1(x), tgt_mask)\n"
+        "            x = x + self._cross_block(self.norm2(x), memory, memory_mask)\n"
+        "            x = x + self._ff_block(self.norm3(x))\n"
+        "        else:\n"
+        "            x = self.norm1(x + self._self_block(x, tgt_mask))\n"
+        "            x = self.norm2(x + self._cross_block(x, memory, memory_mask))\n"
+        "            x = self.norm3(x + self._ff_block(x))\n"), (
+        "        blocks = (lambda y: self._self_block(y, tgt_mask), lambda y: self._cross_block(y, memory, memory_mask), self._ff_block)\n"
+        "        for i, block in enumerate(blocks, start=1):\n"
+        "            norm = getattr(self, f\"norm{i}\")\n"
+        "            x = x + block(norm(x)) if self.norm_first else norm(x + block(x))\n")),),
+        "the three sub-layers in a loop, each norm read with getattr(self, f'norm{i}')"),
+    "train_step_zero_first_sum_over_real_tokens": ValidAnswer((Edit("train_step", "", '''def train_step(model, src, tgt, src_mask, pad_id, eps=0.0, lr=0.1, steps=1, optimizer=None):
+    optimizer = optimizer if optimizer is not None else torch.optim.SGD(model.parameters(), lr=lr)
+    dec_in, labels = tgt[:, :-1], tgt[:, 1:]
+    losses = []
+    for i in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        logits = model(src, dec_in, src_mask)
+        total = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=pad_id, label_smoothing=eps, reduction="sum")
+        loss = total / (labels != pad_id).sum()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return torch.tensor(losses, dtype=logits.dtype, device=src.device)
+'''),), "zero_grad first, classes on dim 1 with reduction='sum' over the real tokens, losses gathered with .item()"),
+    "greedy_preallocated": ValidAnswer((Edit("greedy_decode", "", '''@torch.no_grad()
+def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None):
+    was_training = model.training
+    model.eval()
+    fill = eos_id if pad_id is None else pad_id
+    memory = model.encode(src, src_mask)
+    out = torch.full((src.size(0), max_len + 1), fill, dtype=torch.long, device=src.device)
+    out[:, 0] = bos_id
+    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    t = 0
+    while t < max_len and not bool(done.all()):
+        nxt = model.decode(out[:, : t + 1], memory, src_mask)[:, -1].argmax(-1)
+        out[:, t + 1] = torch.where(done, torch.full_like(nxt, fill), nxt)
+        done = done | (nxt == eos_id)
+        t += 1
+    model.train(was_training)
+    return out[:, : t + 1]
+'''),), "a preallocated output filled column by column in a while loop"),
+    "count_from_own_decoder_layer": ValidAnswer((Edit("transformer_parameter_count", "", '''def transformer_parameter_count(src_vocab, tgt_vocab, d_model, d_ff, n_layers, share_embeddings=False, tie_output=False,
+                                final_norm=False):
+    def size(module):
+        return sum(p.numel() for p in module.parameters())
+
+    with torch.device("meta"):
+        dec = size(DecoderLayer(d_model, 1, d_ff))
+        attn, ffn, norm = size(MultiHeadAttention(d_model, 1)), size(FeedForward(d_model, d_ff)), size(nn.LayerNorm(d_model))
+    enc = attn + ffn + 2 * norm
+    vocab = src_vocab * d_model + (0 if share_embeddings else tgt_vocab * d_model) + (0 if tie_output else tgt_vocab * d_model)
+    return n_layers * (enc + dec) + vocab + (2 * norm if final_norm else 0)
+'''),), "the decoder layer counted on the learner's own DecoderLayer built on the meta device"),
     "count_by_building_blocks_on_meta": ValidAnswer((Edit("transformer_parameter_count", "", '''def transformer_parameter_count(src_vocab, tgt_vocab, d_model, d_ff, n_layers, share_embeddings=False, tie_output=False,
                                 final_norm=False):
     def size(module):

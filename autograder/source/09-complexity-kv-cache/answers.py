@@ -12,6 +12,17 @@ _K_LINE = "        self.k = torch.zeros(batch, n_heads, max_len, d_k, dtype=dtyp
 _V_LINE = "        self.v = torch.zeros(batch, n_heads, max_len, d_k, dtype=dtype, device=device)  # (B, H, max_len, d_k)"
 
 WRONG_ANSWERS = {
+    # issue 30's learner trial: the cache contract, exact integers, dtypes, devices, callee/caller pairs
+    "cache_append_returns_whole_buffer": WrongAnswer("KVCache", "        return self.k[:, :, :self.length], self.v[:, :, :self.length]",
+                                                     "        return self.k, self.v", "append returns the whole buffer"),
+    "matmul_flops_true_division": WrongAnswer("matmul_flops", "return 2 * batch * m * k * p", "return batch * m * k * p / 0.5", "an int is expected"),
+    "step_scaled_by_d_k": WrongAnswer("attention_step", "    scores = q_new @ k_new.transpose(-2, -1) / math.sqrt(q_new.size(-1))  # (B, H, s, p + s)",
+                                      "    scores = q_new @ k_new.transpose(-2, -1) / q_new.size(-1)", "wrong values"),
+    "mask_wrong_step_right": WrongAnswer("causal_mask_with_offset", ".tril(diagonal=n_past)", ".tril(diagonal=n_past + 1)", "off by one"),
+    "bytes_batch_ignored": WrongAnswer("kv_cache_bytes", "return 2 * n_layers * n_heads * d_k * seq_len * bytes_per_elem * batch",
+                                       "return 2 * n_layers * n_heads * d_k * seq_len * bytes_per_elem", "the batch is ignored"),
+    "generate_prompt_each_step": WrongAnswer("generate", "            logits = model.forward_step(idx[:, -1:], caches)  # (B, 1, vocab): only the newest token",
+                                             "            logits = model.forward_step(idx, caches)", "the course's model that generate is given"),
     "matmul_multiply_adds": WrongAnswer("matmul_flops", "return 2 * batch * m * k * p", "return batch * m * k * p",
                                         "one FLOP per multiply-add"),
     "attention_no_softmax": WrongAnswer(
@@ -110,6 +121,31 @@ _ATTENTION_FLOPS_CLOSED_FORM = '''def attention_flops(n, d_model, n_heads=1, n_k
 '''
 
 VALID_ANSWERS = {
+    # issue 30's learner trial
+    "matmul_flops_by_loop": ValidAnswer((Edit("matmul_flops", "", '''def matmul_flops(m, k, p, batch=1):
+    flops = 0
+    for _ in range(batch):
+        flops += m * p * (2 * k)  # each output entry: k multiplies and k adds
+    return flops
+'''),), "a loop over the batch"),
+    "cache_index_copy": ValidAnswer((Edit("KVCache", "        self.k[:, :, start:start + s] = k_new  # the sequence dimension is dim 2\n        self.v[:, :, start:start + s] = v_new",
+        "        where = torch.arange(start, start + s, device=self.k.device)\n        self.k.index_copy_(2, where, k_new)\n        self.v.index_copy_(2, where, v_new)"),),
+        "index_copy_ into the preallocated buffers"),
+    "mask_by_arange_compare": ValidAnswer((Edit("causal_mask_with_offset", "", '''def causal_mask_with_offset(n_new, n_past, device=None):
+    rows = torch.arange(n_new, device=device)[:, None] + n_past
+    return torch.arange(n_past + n_new, device=device)[None, :] <= rows
+'''),), "positions compared, no tril"),
+    "step_scaled_queries_where": ValidAnswer((Edit("attention_step", "", '''def attention_step(q_new, k_new, v_new, k_cache=None, v_cache=None):
+    k_all = k_new if k_cache is None else torch.cat([k_cache, k_new], dim=2)
+    v_all = v_new if v_cache is None else torch.cat([v_cache, v_new], dim=2)
+    s, total = q_new.shape[2], k_all.shape[2]
+    allowed = causal_mask_with_offset(s, total - s, q_new.device)
+    scores = (q_new / math.sqrt(q_new.shape[-1])) @ k_all.transpose(2, 3)
+    scores = torch.where(allowed, scores, torch.tensor(float("-inf"), dtype=scores.dtype, device=scores.device))
+    return torch.softmax(scores, dim=-1) @ v_all, k_all, v_all
+'''),), "queries scaled first, torch.where, the learner's own mask function as a callee"),
+    "bytes_by_math_prod": ValidAnswer((Edit("kv_cache_bytes", "return 2 * n_layers * n_heads * d_k * seq_len * bytes_per_elem * batch",
+        "return 2 * math.prod((n_layers, n_heads, d_k, seq_len, bytes_per_elem, batch))"),), "math.prod of the sizes"),
     "mask_arange": ValidAnswer((Edit("causal_mask_with_offset", "", _MASK_ARANGE),), why="two aranges compared, no tril"),
     "step_einsum": ValidAnswer((Edit("attention_step", "", _STEP_EINSUM),), why="einsum, torch.where, Tensor.softmax, ** -0.5, cat on dim=2"),
     "cache_narrow_copy": ValidAnswer((Edit("KVCache", "", _CACHE_NARROW),), why="torch.empty buffers, narrow(...).copy_ to write and read"),
