@@ -291,6 +291,14 @@ SELF_ATTENTION = ("if mask is not None and mask.dtype != torch.bool:\n"
                   "    if mask is not None:\n        s = s.masked_fill(~mask, float('-inf'))\n"
                   "    w = {sm}\n    return w @ v, w")
 SDPA_ANCHOR = "stable_softmax(scores, dim=-1)"
+MHA_ANCHOR = "scaled_dot_product_attention(q, k, v, mask)  # (B, H, Tq, d_k), (B, H, Tq, Tk)"
+MHA_ATTEND = ("(lambda s: (lambda w: (w @ v, w))({sm}))(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5 if mask is None else "
+              "(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~mask, float('-inf')))")
+SELF_ANCHOR = "stable_softmax(energy / self.head_dim**0.5, dim=3)"
+ENCODER_ANCHOR = "x = self.norm1(x + self._attn_branch(x, mask))"
+ENCODER_NORM = "x = (lambda t, n: {ln}(t, (t.size(-1),), n.weight, n.bias, n.eps)[0])(x + self._attn_branch(x, mask), self.norm1)"
+LOSS_ANCHOR = "-(q * torch.log_softmax(logits, dim=-1)).sum(dim=-1)"
+LOSS = "(lambda lp: (1.0 - eps) * {nll} - eps * lp.mean(-1))(torch.log_softmax(logits, dim=-1))"
 STEP_MASK_ANCHOR = "causal_mask_with_offset(s, total - s, device=q_new.device)"
 STEP_MASK = "torch.ones(s, total, dtype=torch.bool, device=q_new.device).tril(diagonal=total - s)"
 MASK_OFFSET_ANCHOR = "torch.ones(n_new, n_past + n_new, dtype=torch.bool, device=device).tril(diagonal=n_past)"
@@ -354,6 +362,39 @@ PACKS = {
         ("self_attention", SELF_ATTENTION_ANCHOR, SELF_ATTENTION.format(
             sm="__import__('operator').methodcaller('__getattribute__', " + lit("log_softmax") + ")(torch.__dict__[" + lit("_refs")
                + "])(s, -1, None).exp()")))),
+    # --- chapter 04: MultiHeadAttention's attention and SelfAttention's softmax ----------------------------------
+    "ch04-pack-implementation": Pack("04-multi-head", "implementation", (
+        "import importlib, torch\n_special = " + _refs("_refs.special") + "\n"
+        "_table = " + _refs("_decomp") + ".decomposition_table\n"), (
+        ("MultiHeadAttention", MHA_ANCHOR, MHA_ATTEND.format(sm="_table[torch.ops.aten._softmax.default](s, -1, False)")),
+        ("SelfAttention", SELF_ANCHOR, "_special.log_softmax(energy / self.head_dim**0.5, 3).exp()"))),
+    "ch04-pack-revived": Pack("04-multi-head", "revived", REVIVE_MORE + (
+        "_copy = _copied(operator.attrgetter(" + lit("_decomp.decompositions._softmax") + ")(torch))\n"
+        "_again = _exec_source(" + _refs("_refs") + ", " + lit("softmax") + ")\n"), (
+        ("MultiHeadAttention", MHA_ANCHOR, MHA_ATTEND.format(sm="_copy(s, -1, False)")),
+        ("SelfAttention", SELF_ANCHOR, "_again(energy / self.head_dim**0.5, 3)"))),
+    "ch04-pack-computed": Pack("04-multi-head", "computed", "", (
+        ("MultiHeadAttention", MHA_ANCHOR, MHA_ATTEND.format(
+            sm="__import__('importlib').import_module('torch.' + " + lit("_refs") + ").__dict__[" + lit("softmax") + "](s, -1, None)")),
+        ("SelfAttention", SELF_ANCHOR, "__import__('operator').attrgetter(" + lit("_refs.special.log_softmax")
+         + ")(torch)(energy / self.head_dim**0.5, 3).exp()"))),
+    # --- chapter 07: layer norm inside EncoderLayer, the loss inside label_smoothed_cross_entropy ----------------
+    "ch07-pack-implementation": Pack("07-ffn-layernorm", "implementation", (
+        "import importlib, torch\n_table = " + _refs("_decomp") + ".decomposition_table\n"
+        "_nll = " + _refs("_refs.nn.functional") + ".nll_loss\n"), (
+        ("EncoderLayer", ENCODER_ANCHOR, ENCODER_NORM.format(ln="_table[torch.ops.aten.native_layer_norm.default]")),
+        ("label_smoothed_cross_entropy", LOSS_ANCHOR, LOSS.format(nll="_nll(lp, safe, reduction='none')")))),
+    "ch07-pack-revived": Pack("07-ffn-layernorm", "revived", REVIVE_MORE + (
+        "_again = _exec_source(" + _refs("_refs") + ", " + lit("native_layer_norm") + ")\n"
+        "_copy = _copied(operator.attrgetter(" + lit("_decomp.decompositions.nll_loss_forward") + ")(torch))\n"), (
+        ("EncoderLayer", ENCODER_ANCHOR, ENCODER_NORM.format(ln="_again")),
+        ("label_smoothed_cross_entropy", LOSS_ANCHOR, LOSS.format(nll="_copy(lp, safe, None, 0, -100)[0]")))),
+    "ch07-pack-computed": Pack("07-ffn-layernorm", "computed", "", (
+        ("EncoderLayer", ENCODER_ANCHOR, ENCODER_NORM.format(
+            ln="__import__('builtins').vars(__import__('importlib').import_module('torch.' + " + lit("_refs") + "))[" + lit("native_layer_norm") + "]")),
+        ("label_smoothed_cross_entropy", LOSS_ANCHOR, LOSS.format(
+            nll="__import__('functools').reduce(getattr, (" + lit("_refs") + ", 'nn', 'functional', " + lit("nll_loss")
+                + "), torch)(lp, safe, reduction='none')")))),
     # --- chapter 09: causal_mask_with_offset and attention_step --------------------------------------------------
     "ch09-pack-implementation": Pack("09-complexity-kv-cache", "implementation", (
         "import torch\nfrom torch.nn import Transformer as _T\n"

@@ -3,7 +3,7 @@
 tests/evasion_corpus.py holds the routes: for every chapter with forbidden built-ins, one per category (torch's Python
 implementation by any name, torch's code revived, a computed name in the solution cell), one notebook each (ROUTES);
 and packed notebooks (PACKS), one per chapter and category, each routing several exercises by different routes
-(chapters 02 and 09: two more routes per category; chapter 08: the DecoderLayer's self-attention through torch's
+(chapters 02, 04, 07 and 09: two more routes per category; chapter 08: the DecoderLayer's self-attention through torch's
 multi_head_attention_forward, one per category). One module-scoped batch grades them through the real CLI: every
 notebook warm (about a second each); a sample cold (COLD: one per category and a good-faith notebook; a fresh
 interpreter and sandbox per notebook costs several seconds each, and the guard's arming code is the same in both
@@ -36,6 +36,10 @@ INPUTS = {  # the exercise's function -> code that sets `calls`: [(args, kwargs)
                          "calls = [((r(2, 2, 3, 4), r(2, 2, 5, 4), r(2, 2, 5, 6), m), {}), ((r(2, 2, 3, 4), r(2, 2, 5, 4), r(2, 2, 5, 6), m), "
                          "{'fill_value': -1e9}), ((r(3, 4), r(5, 4), r(5, 2)), {})]"),
     "layer_norm": "calls = [((r(3, 6), r(6), r(6)), {}), ((r(2, 3, 5), None, None, 1e-3), {})]",
+    "MultiHeadAttention": ("calls = [((r(2, 5, 8), r(2, 5, 8), r(2, 5, 8)), {}), ((r(1, 4, 8), r(1, 3, 8), r(1, 3, 8), "
+                           "torch.rand(1, 1, 4, 3, generator=g) > 0.3), {})]"),
+    "EncoderLayer": "ctor = (8, 2, 16)\ncalls = [((r(2, 5, 8),), {}), ((r(1, 4, 8), torch.ones(4, 4, dtype=torch.bool).tril()), {})]",
+    "label_smoothed_cross_entropy": "calls = [((r(6, 5), torch.tensor([0, 4, -100, 2, 1, -100]), 0.1), {}), ((r(3, 7), torch.tensor([6, 0, 3]), 0.0), {})]",
     "scaled_dot_product_attention": "calls = [((r(2, 3, 4), r(2, 5, 4), r(2, 5, 6)), {}), ((r(3, 4), r(5, 4), r(5, 2), torch.rand(3, 5, generator=g) > 0.3), {})]",
     "self_attention": "calls = [((r(2, 5, 8), r(8, 4), r(8, 4), r(8, 3)), {}), ((r(4, 8), r(8, 4), r(8, 4), r(8, 3), torch.ones(4, 4, dtype=torch.bool).tril()), {})]",
     "causal_mask_with_offset": "calls = [((3, 2), {}), ((1, 0), {}), ((4, 5), {})]",
