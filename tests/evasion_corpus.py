@@ -243,3 +243,224 @@ def good_faith_notebook(name):
         assert anchor in cell.source, f"{name}: the reference no longer contains {anchor!r}"
         cell.source = cell.source.replace(anchor, replacement)
     return nb
+
+
+# --- Packed routes: one notebook per chapter and category, a different route in each of several exercises ----------
+# Grading a notebook warm costs about a second whatever it holds, so the second and third routes of a category sit
+# together in one notebook, each in its own exercise, and each routed exercise must earn nothing on its own: the
+# routed exercises do not call one another (self_attention computes its attention itself, attention_step its mask).
+
+def lit(name):
+    """A string literal for `name` built in two parts, so that neither torch's private names nor a forbidden
+    built-in's name is written out in the cell (the static reading would refuse those for every exercise)."""
+    return f"{name[:2]!r} + {name[2:]!r}"
+
+
+# More ways to revive torch's code: a function copied from its code object, its source text run again, its module's
+# file loaded again as a new module.
+REVIVE_MORE = '''import ast, importlib, importlib.util, inspect, operator, types, torch
+
+
+def _copied(function):
+    copy = types.FunctionType(function.__code__, function.__globals__, "mine", function.__defaults__, function.__closure__)
+    copy.__kwdefaults__ = function.__kwdefaults__
+    return copy
+
+
+def _exec_source(module, name):
+    text = inspect.getsource(module)
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    space = dict(vars(module))
+    exec(ast.get_source_segment(text, node), space)
+    return space[name]
+
+
+def _module_again(module):
+    spec = importlib.util.spec_from_file_location(module.__name__.rsplit(".", 1)[0] + ".mine", module.__file__)
+    again = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(again)
+    return again
+'''
+
+# self_attention and a MultiHeadAttention written with the softmax of a route `{sm}` (no call to the learner's own
+# scaled_dot_product_attention, so that each routed exercise fails or succeeds on its own route).
+SELF_ATTENTION_ANCHOR = "return scaled_dot_product_attention(q, k, v, mask)"
+SELF_ATTENTION = ("if mask is not None and mask.dtype != torch.bool:\n"
+                  "        raise TypeError('mask must be a bool tensor')\n"
+                  "    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))\n"
+                  "    if mask is not None:\n        s = s.masked_fill(~mask, float('-inf'))\n"
+                  "    w = {sm}\n    return w @ v, w")
+SDPA_ANCHOR = "stable_softmax(scores, dim=-1)"
+MHA_ANCHOR = "scaled_dot_product_attention(q, k, v, mask)  # (B, H, Tq, d_k), (B, H, Tq, Tk)"
+MHA_ATTEND = ("(lambda s: (lambda w: (w @ v, w))({sm}))(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5 if mask is None else "
+              "(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).masked_fill(~mask, float('-inf')))")
+SELF_ANCHOR = "stable_softmax(energy / self.head_dim**0.5, dim=3)"
+ENCODER_ANCHOR = "x = self.norm1(x + self._attn_branch(x, mask))"
+ENCODER_NORM = "x = (lambda t, n: {ln}(t, (t.size(-1),), n.weight, n.bias, n.eps)[0])(x + self._attn_branch(x, mask), self.norm1)"
+LOSS_ANCHOR = "-(q * torch.log_softmax(logits, dim=-1)).sum(dim=-1)"
+LOSS = "(lambda lp: (1.0 - eps) * {nll} - eps * lp.mean(-1))(torch.log_softmax(logits, dim=-1))"
+STEP_MASK_ANCHOR = "causal_mask_with_offset(s, total - s, device=q_new.device)"
+STEP_MASK = "torch.ones(s, total, dtype=torch.bool, device=q_new.device).tril(diagonal=total - s)"
+MASK_OFFSET_ANCHOR = "torch.ones(n_new, n_past + n_new, dtype=torch.bool, device=device).tril(diagonal=n_past)"
+SQUARE = "_ge" + "nerate_square_subsequent_mask"
+SDPA_CPU = "scaled_dot_product_flash_attention_for_cpu"
+# attention_step's output from torch's SDPA decomposition `{f}` (the mask as an additive one).
+STEP_SDPA = ("{f}(q_new, k_new, v_new, attn_mask=torch.zeros(mask.shape, dtype=q_new.dtype).masked_fill(~mask, "
+             "float('-inf')))[0]")
+
+# The DecoderLayer's self-attention through torch's multi_head_attention_forward `f`, on the learner's parameters.
+MHA_ADAPTER = '''
+
+def _torch_mha(f, attn, query, key, value, mask):
+    (B, Tq, D), Tk, H = query.shape, key.size(1), attn.n_heads
+    additive = None if mask is None else (~mask.expand(B, H, Tq, Tk)).reshape(B * H, Tq, Tk)
+    w_in = torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight])
+    b_in = torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias])
+    out, w = f(query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), D, H, w_in, b_in, None, None, False, 0.0,
+               attn.w_o.weight, attn.w_o.bias, training=False, key_padding_mask=None, need_weights=True, attn_mask=additive,
+               use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None, v_proj_weight=None, static_k=None,
+               static_v=None, average_attn_weights=False, is_causal=False)
+    return out.transpose(0, 1), w
+'''
+DECODER_ANCHOR = "out, w = self.self_attn(x, x, x, mask)"
+DECODER_ROUTE = "out, w = _torch_mha({f}, self.self_attn, x, x, x, mask)"
+
+
+@dataclass(frozen=True)
+class Pack:
+    chapter: str
+    category: str
+    helper: str  # a cell the learner added after the imports
+    edits: tuple  # ((grade_id, anchor, replacement), ...): the routed exercises are their grade_ids
+
+    @property
+    def routed(self):
+        return tuple(dict.fromkeys(gid for gid, _, _ in self.edits))
+
+
+def _refs(path):
+    return f"importlib.import_module('torch.' + {lit(path)})"
+
+
+PACKS = {
+    # --- chapter 02: softmax in scaled_dot_product_attention and self_attention --------------------------------
+    "ch02-pack-implementation": Pack("02-qkv-attention", "implementation", (
+        "import importlib, torch\n_special = " + _refs("_refs.special") + "\n"
+        "_table = " + _refs("_decomp") + ".decomposition_table\n"), (
+        ("scaled_dot_product_attention", SDPA_ANCHOR, "_special.softmax(scores, -1)"),
+        ("self_attention", SELF_ATTENTION_ANCHOR,
+         SELF_ATTENTION.format(sm="_table[torch.ops.aten._log_softmax.default](s, -1, False).exp()")))),
+    "ch02-pack-revived": Pack("02-qkv-attention", "revived", REVIVE_MORE + (
+        "_copy = _copied(operator.attrgetter(" + lit("_refs.softmax") + ")(torch))\n"
+        "_again = _exec_source(" + _refs("_decomp.decompositions") + ", " + lit("_log_softmax") + ")\n"), (
+        ("scaled_dot_product_attention", SDPA_ANCHOR, "_copy(scores, -1, None)"),
+        ("self_attention", SELF_ATTENTION_ANCHOR, SELF_ATTENTION.format(sm="_again(s, -1, False).exp()")))),
+    "ch02-pack-computed": Pack("02-qkv-attention", "computed", "", (
+        ("scaled_dot_product_attention", SDPA_ANCHOR,
+         "dict(__import__('inspect').getmembers(__import__('sys').modules['torch.' + " + lit("_refs") + "]))[" + lit("softmax")
+         + "](scores, -1, None)"),
+        ("self_attention", SELF_ATTENTION_ANCHOR, SELF_ATTENTION.format(
+            sm="__import__('operator').methodcaller('__getattribute__', " + lit("log_softmax") + ")(torch.__dict__[" + lit("_refs")
+               + "])(s, -1, None).exp()")))),
+    # --- chapter 04: MultiHeadAttention's attention and SelfAttention's softmax ----------------------------------
+    "ch04-pack-implementation": Pack("04-multi-head", "implementation", (
+        "import importlib, torch\n_special = " + _refs("_refs.special") + "\n"
+        "_table = " + _refs("_decomp") + ".decomposition_table\n"), (
+        ("MultiHeadAttention", MHA_ANCHOR, MHA_ATTEND.format(sm="_table[torch.ops.aten._softmax.default](s, -1, False)")),
+        ("SelfAttention", SELF_ANCHOR, "_special.log_softmax(energy / self.head_dim**0.5, 3).exp()"))),
+    "ch04-pack-revived": Pack("04-multi-head", "revived", REVIVE_MORE + (
+        "_copy = _copied(operator.attrgetter(" + lit("_decomp.decompositions._softmax") + ")(torch))\n"
+        "_again = _exec_source(" + _refs("_refs") + ", " + lit("softmax") + ")\n"), (
+        ("MultiHeadAttention", MHA_ANCHOR, MHA_ATTEND.format(sm="_copy(s, -1, False)")),
+        ("SelfAttention", SELF_ANCHOR, "_again(energy / self.head_dim**0.5, 3)"))),
+    "ch04-pack-computed": Pack("04-multi-head", "computed", "", (
+        ("MultiHeadAttention", MHA_ANCHOR, MHA_ATTEND.format(
+            sm="__import__('importlib').import_module('torch.' + " + lit("_refs") + ").__dict__[" + lit("softmax") + "](s, -1, None)")),
+        ("SelfAttention", SELF_ANCHOR, "__import__('operator').attrgetter(" + lit("_refs.special.log_softmax")
+         + ")(torch)(energy / self.head_dim**0.5, 3).exp()"))),
+    # --- chapter 07: layer norm inside EncoderLayer, the loss inside label_smoothed_cross_entropy ----------------
+    "ch07-pack-implementation": Pack("07-ffn-layernorm", "implementation", (
+        "import importlib, torch\n_table = " + _refs("_decomp") + ".decomposition_table\n"
+        "_nll = " + _refs("_refs.nn.functional") + ".nll_loss\n"), (
+        ("EncoderLayer", ENCODER_ANCHOR, ENCODER_NORM.format(ln="_table[torch.ops.aten.native_layer_norm.default]")),
+        ("label_smoothed_cross_entropy", LOSS_ANCHOR, LOSS.format(nll="_nll(lp, safe, reduction='none')")))),
+    "ch07-pack-revived": Pack("07-ffn-layernorm", "revived", REVIVE_MORE + (
+        "_again = _exec_source(" + _refs("_refs") + ", " + lit("native_layer_norm") + ")\n"
+        "_copy = _copied(operator.attrgetter(" + lit("_decomp.decompositions.nll_loss_forward") + ")(torch))\n"), (
+        ("EncoderLayer", ENCODER_ANCHOR, ENCODER_NORM.format(ln="_again")),
+        ("label_smoothed_cross_entropy", LOSS_ANCHOR, LOSS.format(nll="_copy(lp, safe, None, 0, -100)[0]")))),
+    "ch07-pack-computed": Pack("07-ffn-layernorm", "computed", "", (
+        ("EncoderLayer", ENCODER_ANCHOR, ENCODER_NORM.format(
+            ln="__import__('builtins').vars(__import__('importlib').import_module('torch.' + " + lit("_refs") + "))[" + lit("native_layer_norm") + "]")),
+        ("label_smoothed_cross_entropy", LOSS_ANCHOR, LOSS.format(
+            nll="__import__('functools').reduce(getattr, (" + lit("_refs") + ", 'nn', 'functional', " + lit("nll_loss")
+                + "), torch)(lp, safe, reduction='none')")))),
+    # --- chapter 09: causal_mask_with_offset and attention_step --------------------------------------------------
+    "ch09-pack-implementation": Pack("09-complexity-kv-cache", "implementation", (
+        "import torch\nfrom torch.nn import Transformer as _T\n"
+        "_table = __import__('importlib').import_module('torch.' + " + lit("_decomp") + ").decomposition_table\n"
+        "_sdpa = _table[getattr(torch.ops.aten, '_' + " + lit(SDPA_CPU) + ").default]\n"), (
+        ("causal_mask_with_offset", MASK_OFFSET_ANCHOR, "(_T.generate_square_subsequent_mask(n_past + n_new)[n_past:] == 0).to(device)"),
+        ("attention_step", STEP_MASK_ANCHOR, STEP_MASK),
+        ("attention_step", STEP_ANCHOR, STEP_SDPA.format(f="_sdpa")))),
+    "ch09-pack-revived": Pack("09-complexity-kv-cache", "revived", REVIVE_MORE + (
+        "_transformer = _module_again(importlib.import_module('torch.nn.modules.transformer'))\n"
+        "_sdpa = _copied(operator.attrgetter(" + lit("_decomp.decompositions." + SDPA_CPU) + ")(torch))\n"), (
+        ("causal_mask_with_offset", MASK_OFFSET_ANCHOR, "(getattr(_transformer, " + lit(SQUARE) + ")(n_past + n_new)[n_past:] == 0).to(device)"),
+        ("attention_step", STEP_MASK_ANCHOR, STEP_MASK),
+        ("attention_step", STEP_ANCHOR, STEP_SDPA.format(f="_sdpa")))),
+    "ch09-pack-computed": Pack("09-complexity-kv-cache", "computed", "", (
+        ("causal_mask_with_offset", MASK_OFFSET_ANCHOR,
+         "(vars(__import__('importlib').import_module('torch.nn.modules.' + 'transformer'))[" + lit(SQUARE)
+         + "](n_past + n_new)[n_past:] == 0).to(device)"),
+        ("attention_step", STEP_MASK_ANCHOR, STEP_MASK),
+        ("attention_step", STEP_ANCHOR, STEP_SDPA.format(
+            f="__import__('operator').attrgetter(" + lit("_decomp.decompositions." + SDPA_CPU) + ")(torch)")))),
+    # --- chapter 08: the DecoderLayer's self-attention through torch's multi_head_attention_forward --------------
+    "ch08-decoder-mha-forward": Pack("08-encoder-decoder", "implementation",
+                                     "import importlib, torch\n_mhaf = importlib.import_module('torch.nn.functional').multi_head_attention_forward\n"
+                                     + MHA_ADAPTER, (("DecoderLayer", DECODER_ANCHOR, DECODER_ROUTE.format(f="_mhaf")),)),
+    "ch08-decoder-mha-forward-from-pyc": Pack("08-encoder-decoder", "revived", REVIVE + (
+        "_mhaf = _from_pyc(_module('nn.functional'), 'multi_head_attention_forward')\n") + MHA_ADAPTER,
+        (("DecoderLayer", DECODER_ANCHOR, DECODER_ROUTE.format(f="_mhaf")),)),
+    "ch08-decoder-mha-forward-reduce-getattr": Pack("08-encoder-decoder", "computed", "import torch\n" + MHA_ADAPTER, (
+        ("DecoderLayer", DECODER_ANCHOR, DECODER_ROUTE.format(
+            f="__import__('functools').reduce(getattr, ('nn', 'functional', 'multi_head_' + 'attention_forward'), torch)")),)),
+}
+
+# Routes the guard does not block yet (found by this corpus): {pack: {grade_id: why}}. tests/test_evasion_batch.py
+# checks that each still earns its points, so closing one fails that test until the entry is removed here.
+OPEN_GAPS = {
+    "ch09-pack-revived": {
+        "causal_mask_with_offset": (
+            "torch.nn.modules.transformer's private _generate_square_subsequent_mask (what nn.Transformer."
+            "generate_square_subsequent_mask returns) is not switched off in place: causal_masks has no ATen op, the "
+            "group's names are matched by name (static reading, observers), and a copy of the module loaded again from "
+            "its file reaches the helper under a new module name. The same helper reached by a computed name in a helper "
+            "cell earns the points too (a probe, not in the batch)."),
+    },
+}
+
+
+def pack_source(pack, grade_id, reference):
+    """The new source of the solution cell `grade_id` in `pack`, given the reference's."""
+    source = reference
+    for gid, anchor, replacement in pack.edits:
+        if gid == grade_id:
+            assert anchor in source, f"{grade_id}: the reference no longer contains {anchor!r}"
+            source = source.replace(anchor, replacement)
+    return source
+
+
+def pack_notebook(pack):
+    import nbformat
+
+    from autograder.authoring import demo
+
+    nb = demo.filled_submission(pack.chapter)
+    for grade_id in pack.routed:
+        cell = _cell(nb, grade_id)
+        cell.source = pack_source(pack, grade_id, cell.source)
+    index = 1 + next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "imports")
+    nb.cells.insert(index, nbformat.v4.new_code_cell(pack.helper))
+    return nb

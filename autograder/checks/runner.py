@@ -1070,8 +1070,10 @@ def _raising_code(freevars, message, cache={}):
 
 
 def _fingerprint(code):
-    """What identifies a function's code whatever its name: its bytecode with the names and variables it uses."""
-    return (code.co_code, code.co_names, code.co_varnames)
+    """What identifies a function's code whatever its name: its bytecode, then (what the audit hook also matches on
+    alone, see arm_guard) the names and variables it uses, its argument counts and its constants."""
+    consts = tuple(c.co_name if hasattr(c, "co_code") else c for c in code.co_consts)
+    return (code.co_code, code.co_names, code.co_varnames, code.co_argcount, code.co_kwonlyargcount, consts)
 
 
 def switch_off_implementations(found):
@@ -1182,6 +1184,10 @@ def arm_guard(names, block_exec=True, idle_identity=(), implementations=None):
 
     fingerprints = frozenset(fingerprints)
     bytecodes = frozenset(f[0] for f in fingerprints)
+    # The same source compiled by this interpreter can give other bytecode than torch's shipped .pyc (another 3.11
+    # release chose LOAD_ATTR where this one chooses LOAD_METHOD): a function is matched on its names and variables.
+    # Matched so only where the function uses some global or attribute names (a generated `nothing(*args)` would match).
+    uses = frozenset(f[1:] for f in fingerprints if f[1])
     fingerprint = _fingerprint
 
     def codes(code, depth=0):  # a code object and the code nested in it (local: no module name reaches it)
@@ -1191,7 +1197,7 @@ def arm_guard(names, block_exec=True, idle_identity=(), implementations=None):
                 if hasattr(const, "co_code"):
                     yield from codes(const, depth + 1)
 
-    def hook(event, args, keep=keep, fingerprints=fingerprints, bytecodes=bytecodes, codes=codes, fingerprint=fingerprint):
+    def hook(event, args, keep=keep, uses=uses, bytecodes=bytecodes, codes=codes, fingerprint=fingerprint):
         if event.startswith("ctypes.") or event in refused:
             raise RuntimeError(f"{prefix}{event} is not allowed while a notebook is graded")
         if event == "open" and args and isinstance(args[0], (str, bytes)):
@@ -1205,11 +1211,11 @@ def arm_guard(names, block_exec=True, idle_identity=(), implementations=None):
         # changes, the code set on another function. Matched on the code, not its name.
         revived = None
         if event in ("function.__new__", "exec") and args and hasattr(args[0], "co_code"):
-            revived = next((c for c in codes(args[0]) if fingerprint(c) in fingerprints), None)
+            revived = next((c for c in codes(args[0]) if fingerprint(c)[1:] in uses), None)
         elif event == "code.__new__" and args and args[0] in bytecodes:
             revived = f"{args[2]} (a copy of its code)" if len(args) > 2 else "a copy of its code"
         elif event == "object.__setattr__" and len(args) > 2 and args[1] == "__code__" and hasattr(args[2], "co_code"):
-            revived = next((c for c in codes(args[2]) if fingerprint(c) in fingerprints), None)
+            revived = next((c for c in codes(args[2]) if fingerprint(c)[1:] in uses), None)
         if revived is not None:
             what = getattr(revived, "co_qualname", revived)
             raise RuntimeError(f"{prefix}{event} rebuilds torch's own implementation of a switched-off built-in ({what}), "
