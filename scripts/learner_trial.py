@@ -34,24 +34,29 @@ TRIAL = {
         "rotation_wrong_rope_right", "alibi_queries_at_start", "pe_positions_from_one",
         "pe_outer_product_stack", "layer_table_as_plain_slice_then_dropout_module", "rope_einsum_rotation_blocks",
         "rope_via_rotation_matrix_per_position", "alibi_slopes_by_broadcast_abs_diff",
+        "rope_rotates_backwards", "layer_rows_cast_to_float32", "alibi_slopes_reversed", "rotation_base_ignored",
+        "rotation_loop_blocks_preallocated", "alibi_nested_loops",
     ],
     "07-ffn-layernorm": [
         "ln_weight_and_bias_both_or_none", "ff_dropout_on_output", "ff_relu_whatever_activation", "enc_ff_branch_not_dropped",
         "enc_attention_branch_dropped_twice", "ff_wrong_but_layer_right", "ls_mean_over_all_positions", "noam_max_not_min",
         "drop_rescaled_by_p",
         "ff_sequential_forward", "ln_var_mean_builtin", "enc_getattr_norms", "enc_norms_also_in_a_module_list",
-        "ls_log_softmax_gather", "drop_float_mask_from_generator",
+        "ls_log_softmax_gather", "drop_float_mask_from_generator", "ff_activation_by_name",
     ],
     "08-encoder-decoder": [
         "train_own_sgd_always", "train_no_zero_grad", "train_loss_after_step", "greedy_src_mask_not_in_decode",
         "greedy_src_mask_not_in_encode", "decoder_dropout_after_residual", "decoder_ff_input_dropped", "count_final_norm_once",
         "decoder_getattr_sublayers", "decoder_norms_also_in_a_module_list", "train_step_zero_first_sum_over_real_tokens",
-        "greedy_preallocated", "count_from_own_decoder_layer",
+        "greedy_preallocated", "count_from_own_decoder_layer", "train_eps_ignored",
+        "train_class_dim_second_model_zero_grad", "count_per_layer_loop", "train_losses_preallocated_float32",
     ],
     "09-complexity-kv-cache": [
         "cache_append_returns_whole_buffer", "matmul_flops_true_division", "step_scaled_by_d_k",
         "mask_wrong_step_right", "bytes_batch_ignored", "generate_prompt_each_step",
         "matmul_flops_by_loop", "cache_index_copy", "mask_by_arange_compare", "step_scaled_queries_where", "bytes_by_math_prod",
+        "attn_out_proj_always", "attn_n_kv_ignored", "generate_logits_softmaxed", "matmul_batch_ignored_attention_right",
+        "generate_preallocated_ids", "step_manual_softmax",
     ],
 }
 

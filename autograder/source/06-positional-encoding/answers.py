@@ -127,6 +127,16 @@ WRONG_ANSWERS = {
                               "    return (slopes[:, None, None] * distance).float()", "wrong sign"),
     "alibi_positions_on_the_cpu": WrongAnswer("alibi_bias", "    k_pos = torch.arange(k_len, device=device)[None, :]",
                                               "    k_pos = torch.arange(k_len)[None, :]", "mixes devices", category="device"),
+    # issue 30's learner trial, second round
+    "rope_rotates_backwards": WrongAnswer("apply_rope", "    out[..., 0::2] = x1 * cos - x2 * sin  # 2-D rotation of (x1, x2) by +angle\n"
+                                          "    out[..., 1::2] = x1 * sin + x2 * cos",
+                                          "    out[..., 0::2] = x1 * cos + x2 * sin\n    out[..., 1::2] = -x1 * sin + x2 * cos", "the transposed rotation"),
+    "layer_rows_cast_to_float32": WrongAnswer("PositionalEncoding", "        y = x + self.pe[:seq_len].to(x.dtype)",
+                                              "        y = x + self.pe[:seq_len].float()", "wrong values", category="dtype"),
+    "alibi_slopes_reversed": WrongAnswer("alibi_bias", "    slopes = alibi_slopes(n_heads).double().to(device)",
+                                         "    slopes = alibi_slopes(n_heads).flip(0).double().to(device)", "the slopes are in the wrong order"),
+    "rotation_base_ignored": WrongAnswer("rotation_matrix", "    theta = k * base ** (-two_i / d_model)",
+                                         "    theta = k * 10000.0 ** (-two_i / d_model)", "M @ PE[pos] is not PE[pos + k]"),
 }
 
 # --- Correct answers written unlike the reference -------------------------------------------------------------
@@ -235,4 +245,25 @@ VALID_ANSWERS = {
     turned = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)  # (-x_2i+1, x_2i) in each pair
     return x * torch.cos(angles).to(x.dtype) + turned * torch.sin(angles).to(x.dtype)
 '''),), "the 'rotate half' formula x cos + rot(x) sin, for neighbouring pairs, with repeat_interleave"),
+    # issue 30's learner trial, second round
+    "rotation_loop_blocks_preallocated": ValidAnswer((Edit("rotation_matrix", "", '''def rotation_matrix(k, d_model, base=10000.0, *, dtype=torch.float32, device=None):
+    m = torch.zeros(d_model, d_model, dtype=torch.float64, device=device)
+    for i in range(d_model // 2):
+        theta = k / base ** (2 * i / d_model)
+        c, s = math.cos(theta), math.sin(theta)
+        m[2 * i, 2 * i], m[2 * i, 2 * i + 1] = c, s
+        m[2 * i + 1, 2 * i], m[2 * i + 1, 2 * i + 1] = -s, c
+    return m.to(dtype)
+'''),), "a preallocated matrix filled pair by pair in a Python loop, angles in Python floats"),
+    "alibi_nested_loops": ValidAnswer((Edit("alibi_bias", "", '''def alibi_bias(n_heads, q_len, k_len=None, *, device=None):
+    if k_len is None:
+        k_len = q_len
+    slopes = alibi_slopes(n_heads).tolist()
+    out = torch.empty(n_heads, q_len, k_len, dtype=torch.float64)
+    for h in range(n_heads):
+        for i in range(q_len):
+            for j in range(k_len):
+                out[h, i, j] = -slopes[h] * abs(k_len - q_len + i - j)
+    return out.to(device=device, dtype=torch.float32)
+'''),), "three nested loops over heads, queries and keys, built on the CPU and moved at the end"),
 }

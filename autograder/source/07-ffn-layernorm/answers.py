@@ -95,6 +95,8 @@ WRONG_ANSWERS = {
 
 VALID_ANSWERS = {
     # issue 30's learner trial
+    "ff_activation_by_name": ValidAnswer((Edit("FeedForward", _FF_ACT, "        h = getattr(F, self.activation)(h)"),),
+                                         "the activation looked up by name in torch.nn.functional (a computed access hint, no refusal)"),
     "ff_sequential_forward": ValidAnswer((Edit("FeedForward", "        return self.linear2(self.dropout(h))  # (B, T, d_model)",
                                                "        return nn.Sequential(self.dropout, self.linear2)(h)"),),
                                          "the last two steps run through an nn.Sequential of the same modules"),

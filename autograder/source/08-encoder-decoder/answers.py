@@ -71,6 +71,21 @@ WRONG_ANSWERS = {
     "train_losses_moved_to_cpu": WrongAnswer("train_step", "    return torch.stack(losses)  # (steps,)",
                                               "    return torch.stack(losses).cpu()  # (steps,) for logging", "device",
                                               category="device"),
+    # issue 30's learner trial, second round
+    "train_eps_ignored": WrongAnswer("train_step", "                               label_smoothing=eps)",
+                                     "                               )", "label smoothing is missing"),
+    "train_losses_preallocated_float32": WrongAnswer("train_step", "", '''def train_step(model, src, tgt, src_mask, pad_id, eps=0.0, lr=0.1, steps=1, optimizer=None):
+    opt = optimizer if optimizer is not None else torch.optim.SGD(model.parameters(), lr=lr)
+    losses = torch.empty(steps)
+    for i in range(steps):
+        model.zero_grad()
+        logits = model(src, tgt[:, :-1], src_mask)  # (B, T - 1, V)
+        loss = F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad_id, label_smoothing=eps)
+        loss.backward()
+        opt.step()
+        losses[i] = loss.item()
+    return losses
+''', "dtype float32, expected torch.float64", category="dtype"),
 }
 
 VALID_ANSWERS = {
@@ -207,4 +222,38 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=Non
         losses.append(loss.detach())
     return torch.stack(losses)
 '''),), "label smoothing and the masked mean by hand (log_softmax, gather), and plain SGD written out"),
+    # issue 30's learner trial, second round
+    "train_class_dim_second_model_zero_grad": ValidAnswer((Edit("train_step", "", '''def train_step(model, src, tgt, src_mask, pad_id, eps=0.0, lr=0.1, steps=1, optimizer=None):
+    opt = optimizer if optimizer is not None else torch.optim.SGD(model.parameters(), lr=lr)
+    p = next(model.parameters())
+    losses = torch.empty(steps, dtype=p.dtype, device=p.device)  # the model's dtype and device
+    for i in range(steps):
+        model.zero_grad()
+        logits = model(src, tgt[:, :-1], src_mask)  # (B, T - 1, V)
+        loss = F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=pad_id, label_smoothing=eps)
+        loss.backward()
+        opt.step()
+        losses[i] = loss.detach()
+    return losses
+'''),), "the class dimension second (B, V, T - 1), model.zero_grad(), losses preallocated"),
+    "count_per_layer_loop": ValidAnswer((Edit("transformer_parameter_count", "", '''def transformer_parameter_count(src_vocab, tgt_vocab, d_model, d_ff, n_layers, share_embeddings=False,
+                                tie_output=False, final_norm=False):
+    def linear(n_in, n_out):
+        return n_in * n_out + n_out
+
+    attention = 4 * linear(d_model, d_model)
+    ffn = linear(d_model, d_ff) + linear(d_ff, d_model)
+    norm = 2 * d_model
+    total = src_vocab * d_model
+    if not share_embeddings:
+        total += tgt_vocab * d_model
+    if not tie_output:
+        total += tgt_vocab * d_model
+    for _ in range(n_layers):
+        total += attention + ffn + 2 * norm  # encoder layer
+        total += 2 * attention + ffn + 3 * norm  # decoder layer
+    if final_norm:
+        total += 2 * norm
+    return total
+'''),), "a helper for a linear layer's parameters, the layers added up in a loop"),
 }

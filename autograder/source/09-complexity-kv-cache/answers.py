@@ -55,6 +55,13 @@ WRONG_ANSWERS = {
     "generate_new_cache_each_step": WrongAnswer(
         "generate", "logits = model.forward_step(idx[:, -1:], caches)", "logits = model.forward_step(idx[:, -1:], model.new_cache(idx.size(0)))",
         "a new cache at every step"),
+    # issue 30's learner trial, second round
+    "attn_out_proj_always": WrongAnswer("attention_flops", '        "out_proj": proj if output_projection else 0,',
+                                        '        "out_proj": proj,', "output_projection=False"),
+    "attn_n_kv_ignored": WrongAnswer("attention_flops", "    n_kv = n if n_kv is None else n_kv", "    n_kv = n", "n_kv ignored"),
+    "generate_logits_softmaxed": WrongAnswer("generate", "        chosen_from.append(logits[:, -1])  # (B, vocab)",
+                                             "        chosen_from.append(logits[:, -1].softmax(dim=-1))", "logits of generate"),
+    "matmul_batch_ignored_attention_right": WrongAnswer("matmul_flops", "    return 2 * batch * m * k * p", "    return 2 * m * k * p", "the batch is ignored"),
 }
 
 _MASK_ARANGE = '''def causal_mask_with_offset(n_new, n_past, device=None):
@@ -153,4 +160,26 @@ VALID_ANSWERS = {
                                                   why="the prompt fed one token at a time through the cache (other attention_step calls)"),
     "attention_flops_closed_form": ValidAnswer((Edit("attention_flops", "", _ATTENTION_FLOPS_CLOSED_FORM),),
                                                why="closed forms, without matmul_flops"),
+    # issue 30's learner trial, second round
+    "generate_preallocated_ids": ValidAnswer((Edit("generate", "", '''def generate(model, idx, max_new_tokens, use_cache=True, return_logits=False):
+    b, p = idx.shape
+    out = torch.empty(b, p + max_new_tokens, dtype=idx.dtype, device=idx.device)
+    out[:, :p] = idx
+    chosen = []
+    caches = model.new_cache(b) if use_cache else None
+    for t in range(p, p + max_new_tokens):
+        if caches is None:
+            logits = model(out[:, :t])
+        else:
+            logits = model.forward_step(out[:, :t] if t == p else out[:, t - 1:t], caches)
+        chosen.append(logits[:, -1])
+        out[:, t] = logits[:, -1].argmax(dim=-1)
+    if return_logits:
+        return out, torch.stack(chosen, dim=1)
+    return out
+'''),), "the output ids preallocated and filled column by column"),
+    "step_manual_softmax": ValidAnswer((Edit("attention_step", "    out = torch.softmax(scores, dim=-1) @ v_new  # (B, H, s, d_k)",
+                                             "    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True))\n"
+                                             "    out = (e / e.sum(dim=-1, keepdim=True)) @ v_new"),),
+                                       "softmax written out, the row maximum subtracted first"),
 }
