@@ -4,6 +4,8 @@ cases without float dtypes, mistakes named by values, shapes or gradients, modul
 plan -> runner.run_call -> judge path as grading (in-process, as run_local does)."""
 
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -736,6 +738,45 @@ def test_a_model_updated_by_the_function_is_compared_after_the_call():
 
     _fails(STEP, no_update, r"proj\.weight after the step .*wrong values", namespace=namespace)
     _fails(STEP, wrong_sign, r"proj\.weight after the step .*wrong values", namespace=namespace)
+
+
+def output_in_eval(model, x):
+    """The model's output in eval() mode, its own mode given back (as greedy decoding does)."""
+    was_training = model.training
+    model.eval()
+    y = model(x)
+    model.train(was_training)
+    return y
+
+
+def _mode_cases(seed):
+    """The same model in eval() and in train() mode, with the mode after the call compared (mode_after)."""
+    g = checks.generator(seed, "mode-cases")
+    state = checks.grader_weights(Affine(3, 3), g)
+    x = torch.randn(2, 3, generator=g, dtype=torch.float64)
+    return [Case(f"Affine(3, 3) in {mode}() mode", (checks.Model("Affine", {"d_in": 3, "d_out": 3}, state, train=mode == "train",
+                                                             mode_after=True), x)) for mode in ("eval", "train")]
+
+
+MODE = function_check(output_in_eval, _mode_cases, ("y", "model.training after the call"), {
+    "left in eval() mode": lambda model, x: (model.eval(), model(x))[1],
+    "put in train() mode whatever mode it was given": lambda model, x: (model(x), model.train())[0],
+})
+
+
+def test_the_mode_a_function_leaves_its_model_in_is_compared_when_asked():
+    """Model(mode_after=True): model.training after the call is an output, on both sides of the sandbox (the
+    runner's record, the judge's reference and catalogued mistakes). The values alone cannot tell these apart."""
+    namespace = {"Affine": Affine}
+    run_local(MODE, output_in_eval, seed=SEED, device="cpu", namespace=namespace)
+    _fails(MODE, lambda model, x: (model.eval(), model(x))[1], r"model\.training after the call .* in train\(\) mode.*: got False, which is not right"
+           r"[\s\S]*Likely mistake: left in eval\(\) mode", namespace=namespace)
+    _fails(MODE, lambda model, x: (model(x), model.train())[0], r"model\.training after the call .* in eval\(\) mode.*: got True, which is not right[\s\S]*Likely mistake: put in train",
+           namespace=namespace)
+    # Without mode_after the mode is not an output: the same wrong function passes (what chapter 08 rewarded).
+    plain = function_check(output_in_eval, lambda seed: [Case(c.label, (dataclasses.replace(c.args[0], mode_after=False), c.args[1]))
+                                                         for c in _mode_cases(seed)], ("y",))
+    run_local(plain, lambda model, x: (model.eval(), model(x))[1], seed=SEED, device="cpu", namespace=namespace)
 
 
 # --- dtype arguments, and the tolerance of a call run as given ------------------------------------------

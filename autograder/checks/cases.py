@@ -101,7 +101,9 @@ class Model:
     pass), in train() or eval(). The judge builds `reference` (default: the class of that name in the reference's
     module) the same way, fresh for every call. For functions that take a model: greedy decoding, generation.
     state_after=True: the call's result is compared as (result, *the model's parameters after the call, in
-    `state` order), for a function that updates the model (a training step)."""
+    `state` order), for a function that updates the model (a training step). mode_after=True: then the model's
+    train()/eval() mode after the call (model.training, a bool) is compared too, for a function that may switch
+    the mode for its own work and must give it back as it found it (greedy decoding)."""
 
     name: str
     init: dict
@@ -109,11 +111,12 @@ class Model:
     train: bool = False
     reference: Callable | None = None
     state_after: bool = False
+    mode_after: bool = False
 
     def to(self, dtype):
         """A copy with the floating parameters in `dtype`."""
         state = {k: v.to(dtype) if v.is_floating_point() else v.clone() for k, v in self.state.items()}
-        return Model(self.name, dict(self.init), state, self.train, self.reference, self.state_after)
+        return Model(self.name, dict(self.init), state, self.train, self.reference, self.state_after, self.mode_after)
 
     def build(self, cls, device):
         """cls(**init) with these weights, on `device` (the judge's side; the runner has its own copy)."""
@@ -211,13 +214,16 @@ class Call:
             return self.with_state_after(fn(*args, **kwargs), args, kwargs)
 
     def with_state_after(self, out, args, kwargs):
-        """`out`, or (out, *parameters after the call) when a Model argument of this call is marked state_after;
-        `args`/`kwargs` are the built inputs the function was called with (what inputs() returned)."""
+        """`out`, or (out, *parameters after the call, then model.training) when a Model argument of this call is
+        marked state_after (mode_after); `args`/`kwargs` are the built inputs the function was called with (what
+        inputs() returned). The runner does the same on the learner's side (runner._state_after)."""
         extra = []
         for spec, built in list(zip(self.args, args)) + [(v, kwargs[k]) for k, v in self.kwargs.items()]:
             if isinstance(spec, Model) and spec.state_after:
                 params = dict(built.named_parameters())
                 extra += [params[name].detach() if name in params else None for name in spec.state]
+            if isinstance(spec, Model) and spec.mode_after:
+                extra.append(bool(built.training))
         if not extra:
             return out
         return (*(out if isinstance(out, tuple) else (out,)), *extra)

@@ -13,8 +13,10 @@
   that the rows of a batch reach at different steps (and a case where one row never reaches it), and refuses
   weights whose greedy path has a near tie (top-two logits closer than GAP_MIN in float64: float32 kernels or
   a per-row loop must not flip an argmax). greedy_decode ends with a data-dependent `break`, which cannot run
-  on 'meta': no meta pass. train_step is graded with state_after=True: the losses and every parameter after
-  the steps.
+  on 'meta': no meta pass. Its first two cases give the model in eval() and in train() mode with mode_after=True:
+  the mode the learner's greedy_decode leaves the model in is graded too (the ToyTranslator has no dropout, so
+  the tokens alone would not show a model left in eval()). train_step is graded with state_after=True: the
+  losses and every parameter after the steps.
 
 Forbidden built-ins: the transformer layers (nn.TransformerDecoderLayer would be the whole exercise) and
 nn.MultiheadAttention (the given MultiHeadAttention is the course's). F.cross_entropy is allowed, with
@@ -163,7 +165,9 @@ COUNT_HINTS = {
 
 @torch.no_grad()
 def _greedy(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None, *, stop="all", fill=True, keep_bos=True,
-            position=-1, use_mask=True, fill_with_eos=False, mask_to="both"):
+            position=-1, use_mask=True, fill_with_eos=False, mask_to="both", mode=None):
+    if mode == "left_eval":
+        model.eval()
     fill_id = eos_id if (pad_id is None or fill_with_eos) else pad_id
     mask = src_mask if use_mask else None
     memory = model.encode(src, mask if mask_to in ("both", "encode") else None)
@@ -177,6 +181,8 @@ def _greedy(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None, *, 
         finished |= next_tok == eos_id
         if stop == "all" and finished.all() or stop == "any" and finished.any():
             break
+    if mode == "train_at_end":
+        model.train()
     return ys if keep_bos else ys[:, 1:]
 
 
@@ -200,6 +206,11 @@ GREEDY_MISTAKES = {
     "position, logits[:, -1]": _greedy_variant(position=0),
     "finished rows are filled with eos_id although pad_id is given: fill with pad_id (eos_id only when pad_id is None)":
         _greedy_variant(fill_with_eos=True),
+    "the model is left in eval() mode: a model given in train() mode must be given back in train() mode (remember "
+    "was_training = model.training at the start, call model.train(was_training) before returning)":
+        _greedy_variant(mode="left_eval"),
+    "the model is put in train() mode before returning, whatever mode it was given: a model given in eval() mode "
+    "stays in eval() (model.train(was_training), not model.train())": _greedy_variant(mode="train_at_end"),
 }
 
 GREEDY_SHAPE_MISTAKES = {
@@ -467,14 +478,14 @@ def _greedy_cases(seed):
     cases = []
     init = {"src_vocab": 9, "tgt_vocab": 10, "d_model": 8, "n_heads": 2}
     state, src, mask, eos = decoding_setup(g, init, 3, 5, [5, 3, 4], 8, all_finish=True, name_left_out=True)
-    cases.append(Case(f"ToyTranslator(9, 10, d_model 8, 2 heads), a batch of 3 padded sources (3, 5), max_len 8, "
-                      f"eos_id {eos}: the rows end at different steps; pad_id 0",
-                      (Model("ToyTranslator", init, state), src, 8, BOS, eos), {"src_mask": mask, "pad_id": PAD}))
+    cases.append(Case(f"ToyTranslator(9, 10, d_model 8, 2 heads) in eval() mode, a batch of 3 padded sources (3, 5), "
+                      f"max_len 8, eos_id {eos}: the rows end at different steps; pad_id 0",
+                      (Model("ToyTranslator", init, state, mode_after=True), src, 8, BOS, eos), {"src_mask": mask, "pad_id": PAD}))
     init = {"src_vocab": 11, "tgt_vocab": 12, "d_model": 16, "n_heads": 4}
     state, src, mask, eos = decoding_setup(g, init, 2, 6, [6, 2], 5, all_finish=False)
-    cases.append(Case(f"ToyTranslator(11, 12, d_model 16, 4 heads), 2 padded sources (2, 6), max_len 5, eos_id {eos}: "
-                      "one row never produces it; pad_id None (finished rows are filled with eos_id)",
-                      (Model("ToyTranslator", init, state), src, 5, BOS, eos), {"src_mask": mask}))
+    cases.append(Case(f"ToyTranslator(11, 12, d_model 16, 4 heads) in train() mode, 2 padded sources (2, 6), max_len 5, "
+                      f"eos_id {eos}: one row never produces it; pad_id None (finished rows are filled with eos_id)",
+                      (Model("ToyTranslator", init, state, train=True, mode_after=True), src, 5, BOS, eos), {"src_mask": mask}))
     init = {"src_vocab": 9, "tgt_vocab": 10, "d_model": 8, "n_heads": 1}
     state, src, mask, eos = decoding_setup(g, init, 4, 4, [4, 4, 1, 3], 6, all_finish=True)
     cases.append(Case(f"ToyTranslator(9, 10, d_model 8, 1 head), 4 padded sources (4, 4), max_len 6, eos_id {eos}, "
@@ -535,7 +546,7 @@ CHECKS = {
         ref.transformer_parameter_count, _count_cases, ("count",), COUNT_MISTAKES, COUNT_HINTS, FORBIDDEN, meta=False,
         dtypes=None, extra=_count_is_int),
     "greedy_decode_hidden": function_check(
-        ref.greedy_decode, _greedy_cases, ("tokens",), GREEDY_MISTAKES, GREEDY_HINTS, FORBIDDEN, meta=False,
+        ref.greedy_decode, _greedy_cases, ("tokens", "the model's mode after the call (model.training)"), GREEDY_MISTAKES, GREEDY_HINTS, FORBIDDEN, meta=False,
         categories=("values", "shape"), shape_mistakes=GREEDY_SHAPE_MISTAKES),
     "train_step_hidden": function_check(
         ref.train_step, _train_cases, ("losses",) + TOY_PARAMETERS, TRAIN_MISTAKES, TRAIN_HINTS, FORBIDDEN,

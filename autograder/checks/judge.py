@@ -450,6 +450,8 @@ def _expect(where, g, e, call, mistakes_run):
     value = _plain(g)
     if isinstance(e, bool) or e is None:
         if value is not e and value != e:
+            if isinstance(e, bool) and isinstance(value, bool):  # the other bool: not right (as a wrong number is)
+                raise AssertionError(f"{where}: got {value}, which is not right." + mistakes_run())
             raise AssertionError(f"{where}: got {describe(value)}, expected {'a bool' if isinstance(e, bool) else 'None'}." + mistakes_run())
         return
     if isinstance(e, (int, float)):

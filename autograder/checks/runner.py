@@ -114,13 +114,16 @@ def bind_optimizers(args, kwargs):
 
 
 def _state_after(out, call, args, kwargs):
-    """(out, *parameters after the call) for the Model arguments marked state_after (see cases.Model)."""
+    """(out, *parameters after the call, then model.training) for the Model arguments marked state_after
+    (mode_after) (see cases.Model.with_state_after, the judge's side)."""
     specs = list(zip(call["args"], args)) + [(call["kwargs"][k], kwargs[k]) for k in call["kwargs"]]
     extra = []
     for spec, built in specs:
         if isinstance(spec, dict) and spec.get("model", {}).get("state_after"):
             params = dict(built.named_parameters())
             extra += [params[name].detach() if name in params else None for name in spec["model"]["state"]]
+        if isinstance(spec, dict) and spec.get("model", {}).get("mode_after"):
+            extra.append(bool(getattr(built, "training", None)))
     if not extra:
         return out
     return (*(out if isinstance(out, tuple) else (out,)), *extra)

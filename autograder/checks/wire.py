@@ -39,7 +39,8 @@ def encode_calls(calls):
             dtype = next((v.dtype for v in a.state.values() if v.is_floating_point()), torch.float32)
             return {"model": {"class": a.name, "init": {k: spec(v, "cpu") for k, v in a.init.items()},
                               "state": {k: spec(v, "cpu") for k, v in a.state.items()}, "train": bool(a.train),
-                              "dtype": str(dtype).replace("torch.", ""), "state_after": bool(a.state_after)}}
+                              "dtype": str(dtype).replace("torch.", ""), "state_after": bool(a.state_after),
+                              "mode_after": bool(a.mode_after)}}
         if isinstance(a, torch.Tensor):
             if device == "meta":
                 return {"meta": {"shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", "")}}

@@ -132,8 +132,7 @@ WRONG_ANSWERS = {
                                           "    out[..., 1::2] = x1 * sin + x2 * cos",
                                           "    out[..., 0::2] = x1 * cos + x2 * sin\n    out[..., 1::2] = -x1 * sin + x2 * cos", "the transposed rotation"),
     "layer_rows_cast_to_float32": WrongAnswer("PositionalEncoding", "        y = x + self.pe[:seq_len].to(x.dtype)",
-                                              "        y = x + self.pe[:seq_len].float()", "wrong values",
-                                              visible=False),  # open: PositionalEncoding_visible passes it, the hidden check does not
+                                              "        y = x + self.pe[:seq_len].float()", "wrong values"),
     "alibi_slopes_reversed": WrongAnswer("alibi_bias", "    slopes = alibi_slopes(n_heads).double().to(device)",
                                          "    slopes = alibi_slopes(n_heads).flip(0).double().to(device)", "the slopes are in the wrong order"),
     "rotation_base_ignored": WrongAnswer("rotation_matrix", "    theta = k * base ** (-two_i / d_model)",
