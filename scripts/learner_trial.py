@@ -50,6 +50,7 @@ TRIAL = {
         "decoder_getattr_sublayers", "decoder_norms_also_in_a_module_list", "train_step_zero_first_sum_over_real_tokens",
         "greedy_preallocated", "count_from_own_decoder_layer", "train_eps_ignored",
         "train_class_dim_second_model_zero_grad", "count_per_layer_loop", "train_losses_preallocated_float32",
+        "greedy_leaves_eval_mode", "greedy_train_at_end",
     ],
     "09-complexity-kv-cache": [
         "cache_append_returns_whole_buffer", "matmul_flops_true_division", "step_scaled_by_d_k",

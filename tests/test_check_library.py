@@ -302,6 +302,40 @@ def test_module_check_passes_the_reference_and_names_a_catalogued_mistake():
     _fails(AFFINE, AffineNoGain, "Likely mistake: the gain is not applied")
 
 
+class ScaledTable(nn.Module):
+    """x * gain + a fixed float64 table's rows cast to x's dtype (as chapter 06's PositionalEncoding adds its table)."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(d))
+        self.register_buffer("table", torch.linspace(0, 1, 8 * d, dtype=torch.float64).reshape(8, d).sin() / 3, persistent=False)
+
+    def forward(self, x):
+        return x * self.gain.to(x.dtype) + self.table[: x.size(-2)].to(x.dtype)
+
+
+class ScaledTableNotCast(ScaledTable):
+    def forward(self, x):
+        return x * self.gain.to(x.dtype) + self.table[: x.size(-2)]  # a float64 table promotes a float32 x
+
+
+def _mixed_cases(seed):
+    g = checks.generator(seed, "mixed-dtype")
+    return [ModuleCase("x (2, 5, 4)", {"d": 4}, (torch.randn(2, 5, 4, generator=g),)),
+            ModuleCase("a float32 x (2, 5, 4) whatever the layer's dtype", {"d": 4}, (torch.randn(2, 5, 4, generator=g),),
+                       input_dtype=torch.float32)]
+
+
+def test_a_module_case_can_call_a_layer_on_inputs_of_another_dtype():
+    """ModuleCase(input_dtype=...): the layer is converted to each dtype, the inputs stay in theirs. A layer that
+    adds its float64 table without casting it to x's dtype passes every same-dtype case and fails this one."""
+    mixed = module_check(ScaledTable, _mixed_cases, ("output",))
+    plain = module_check(ScaledTable, lambda seed: _mixed_cases(seed)[:1], ("output",))
+    run_local(mixed, ScaledTable, seed=SEED, device="cpu")
+    run_local(plain, ScaledTableNotCast, seed=SEED, device="cpu")  # same-dtype cases cannot see it
+    _fails(mixed, ScaledTableNotCast, r"the layer in float64, the inputs in float32.*dtype float64, expected torch\.float32")
+
+
 def test_module_with_other_parameter_names_gets_both_lists():
     class Renamed(nn.Module):
         def __init__(self, d_in, d_out):

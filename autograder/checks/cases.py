@@ -272,6 +272,9 @@ class ModuleCase:
     inputs: tuple
     kwargs: dict = field(default_factory=dict)
     train: bool = False  # train(): dropout is the grader's seeded one (runner.seeded_dropout), the same for both
+    # The inputs' floating dtype whatever the layer's (a layer used on inputs of another dtype than it was
+    # converted to, e.g. a float64 layer on a float32 x); None: the layer's. The call's tolerance is the inputs'.
+    input_dtype: torch.dtype | None = None
 
 
 def grader_weights(module: torch.nn.Module, g: torch.Generator) -> dict:

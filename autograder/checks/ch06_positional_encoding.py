@@ -300,6 +300,10 @@ def _pe_cases(seed):
                    {"d_model": 6, "max_len": 8, "dropout": 0.6}, (r(2, 4, 6),), {"generator": seeded()}, train=True),
         ModuleCase("train() with dropout = 0.0 and a generator (nothing dropped), d_model = 8, x (2, 3, 8)",
                    {"d_model": 8, "max_len": 16, "dropout": 0.0}, (r(2, 3, 8),), {"generator": seeded()}, train=True),
+        # a layer used on inputs of another dtype than it was converted to: the output is x's dtype (the rows
+        # added are cast to x.dtype), not the table's
+        ModuleCase("eval(), d_model = 8, max_len = 16, a float32 x (2, 6, 8) whatever the layer's dtype",
+                   {"d_model": 8, "max_len": 16}, (r(2, 6, 8),), input_dtype=torch.float32),
     ]
 
 

@@ -195,10 +195,12 @@ def reference_judge(reference, names, mistakes=None, error_hints=None, forbidden
 
 
 def build_reference_module(cls, call):
-    """The reference module for a call: built with the same init, the grader's weights, dtype and mode."""
+    """The reference module for a call: built with the same init, the grader's weights, dtype and mode (the
+    layer's dtype, which a ModuleCase with input_dtype makes differ from the inputs', call.dtype)."""
     module = cls(**call.module["init"])
-    module.to(call.dtype or torch.float32)
-    module.load_state_dict({k: v.to(call.dtype or torch.float32) for k, v in call.module["state"].items()}, strict=False)
+    dtype = call.module.get("dtype") or call.dtype or torch.float32
+    module.to(dtype)
+    module.load_state_dict({k: v.to(dtype) for k, v in call.module["state"].items()}, strict=False)
     module.train(bool(call.module.get("train")))
     return module
 
@@ -221,14 +223,19 @@ def module_check(reference_cls, cases_fn, names, mistakes=None, error_hints=None
             # train(): dropout masks drawn by the grader from one seed, the same for the learner and the reference
             masks = seed * 1009 + i if c.train else None
             for d in DTYPES:
-                moved = Case(c.label, c.inputs, c.kwargs).to(d)
-                calls.append(Call(f"{c.label}, {str(d).replace('torch.', '')}, device {device}", moved.args, moved.kwargs, device, d,
-                                  module={"init": c.init, "state": {k: v.to(d) for k, v in state.items()}, "train": c.train},
+                given = c.input_dtype or d  # the inputs' dtype (the call's, for its tolerance); the layer is in d
+                moved = Case(c.label, c.inputs, c.kwargs).to(given)
+                dtypes = (str(d).replace('torch.', '') if given == d else
+                          f"the layer in {str(d).replace('torch.', '')}, the inputs in {str(given).replace('torch.', '')}")
+                calls.append(Call(f"{c.label}, {dtypes}, device {device}", moved.args, moved.kwargs, device, given,
+                                  module={"init": c.init, "state": {k: v.to(d) for k, v in state.items()}, "train": c.train,
+                                          "dtype": d},
                                   dropout_seed=masks))
             if meta:
                 moved = Case(c.label, c.inputs, c.kwargs).to(torch.float32)
                 calls.append(Call(f"{c.label}, on device 'meta'", moved.args, moved.kwargs, "meta", torch.float32,
-                                  module={"init": c.init, "state": {k: v.float() for k, v in state.items()}, "train": c.train},
+                                  module={"init": c.init, "state": {k: v.float() for k, v in state.items()}, "train": c.train,
+                                          "dtype": torch.float32},
                                   dropout_seed=masks))
         return calls
 

@@ -66,7 +66,7 @@ def encode_calls(calls):
                 "init": {k: spec(v, "cpu") for k, v in c.module["init"].items()},
                 "state": {k: spec(v, "cpu") for k, v in c.module["state"].items()},
                 "train": bool(c.module.get("train")),
-                "dtype": str(c.dtype or torch.float32).replace("torch.", ""),
+                "dtype": str(c.module.get("dtype") or c.dtype or torch.float32).replace("torch.", ""),  # the layer's
             }
         specs.append(entry)
     return specs, arrays

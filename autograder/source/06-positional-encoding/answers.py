@@ -131,6 +131,9 @@ WRONG_ANSWERS = {
     "rope_rotates_backwards": WrongAnswer("apply_rope", "    out[..., 0::2] = x1 * cos - x2 * sin  # 2-D rotation of (x1, x2) by +angle\n"
                                           "    out[..., 1::2] = x1 * sin + x2 * cos",
                                           "    out[..., 0::2] = x1 * cos + x2 * sin\n    out[..., 1::2] = -x1 * sin + x2 * cos", "the transposed rotation"),
+    "layer_rows_not_cast": WrongAnswer("PositionalEncoding", "        y = x + self.pe[:seq_len].to(x.dtype)",
+                                       "        y = x + self.pe[:seq_len]", "dtype float64, expected torch.float32",
+                                       category="dtype"),
     "layer_rows_cast_to_float32": WrongAnswer("PositionalEncoding", "        y = x + self.pe[:seq_len].to(x.dtype)",
                                               "        y = x + self.pe[:seq_len].float()", "wrong values"),
     "alibi_slopes_reversed": WrongAnswer("alibi_bias", "    slopes = alibi_slopes(n_heads).double().to(device)",
