@@ -1156,6 +1156,29 @@ def test_a_sublayer_that_drops_the_wrong_tensor_costs_its_caller_nothing_in_trai
         _fails(RESIDUAL, learner["Residual"], "wrong values", namespace=learner)
 
 
+class ResidualDropsTheSum(Residual):
+    def forward(self, x):
+        return self.dropout(x + self.mlp(x))
+
+
+def test_a_callers_own_train_mode_mistake_is_named_with_its_recorded_sublayer():
+    """The caller's mistake (dropout on the residual sum) is run composed with the learner's recorded sublayer
+    results, as the reference is: run plainly, the sublayer's own dropout draws would not be the learner's (a
+    callee's draws are keyed apart), the catalogued mistake's output would differ, and nothing would be named."""
+    named = module_check(Residual, (lambda seed: [ModuleCase(
+        "train(), dropout = 0.5, x (2, 4, 6)", {"d": 6, "hidden": 10, "dropout": 0.5},
+        (torch.randn(2, 4, 6, generator=checks.generator(seed, 4)),), train=True)]), ("y",),
+        mistakes={"the dropout is applied to the residual sum": ResidualDropsTheSum}, callees=("Mlp.forward",), salt=8)
+    learner = {}
+    exec(LEARNER_RESIDUAL.format(mlp_body="self.linear2(self.dropout(torch.relu(self.linear1(x))))",
+                                 residual_body="self.dropout(x + self.mlp(x))"), learner)
+    _fails(named, learner["Residual"], "Likely mistake: the dropout is applied to the residual sum", namespace=learner)
+    learner = {}
+    exec(LEARNER_RESIDUAL.format(mlp_body="self.linear2(self.dropout(torch.relu(self.linear1(x))))",
+                                 residual_body="x + self.dropout(self.mlp(x))"), learner)
+    run_local(named, learner["Residual"], seed=SEED, device="cpu", namespace=learner)
+
+
 COURSE_MODEL_CELL = '''
 import torch
 from torch import nn

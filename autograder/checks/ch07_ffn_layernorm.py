@@ -66,12 +66,13 @@ LAYER_NORM_HINTS = {
 
 
 class _FF(ref.FeedForward):
-    act = "own"  # own | none | relu | both
+    act = "own"  # own | none | relu | both | swapped
     drop = "hidden"  # hidden | output | none: where the dropout sits (seen in train() mode, runner.seeded_dropout)
 
     def forward(self, x):
         h = self.linear1(x)
         act = (lambda t: F.relu(t) if self.activation == "relu" else F.gelu(t)) if self.act in ("own", "both") else (
+            (lambda t: F.gelu(t) if self.activation == "relu" else F.relu(t)) if self.act == "swapped" else
             F.relu if self.act == "relu" else (lambda t: t))
         h = act(h)
         out = self.linear2(self.dropout(h) if self.drop == "hidden" else h)
@@ -88,6 +89,7 @@ FF_MISTAKES = {
     "hidden layer, linear2(act(linear1(x)))": _ff(act="none"),
     "the activation is also applied after the second linear layer: FFN(x) = linear2(act(linear1(x))), nothing after linear2": _ff(act="both"),
     "the `activation` argument is ignored (always ReLU): use GELU when activation='gelu'": _ff(act="relu"),
+    "the activations are swapped: activation='relu' applies GELU and 'gelu' applies ReLU": _ff(act="swapped"),
     "the dropout is applied to the output (after linear2) instead of the hidden activations: "
     "linear2(dropout(act(linear1(x))))": _ff(drop="output"),
     "no dropout in train() mode: apply self.dropout to the hidden activations, linear2(dropout(act(linear1(x))))": _ff(drop="none"),
@@ -111,15 +113,19 @@ class _Enc(ref.EncoderLayer):
     one_norm = False  # norm1 used for both sub-layers
     norm_at_end = False  # Pre-LN with an extra LayerNorm at the end of every layer
     branch_dropout = True  # False: dropout1/dropout2 left out of the residual branches (seen in train() mode)
+    ff_branch_dropout = True  # False: dropout2 left out of the FFN branch only
+    attn_dropped_twice = False  # dropout1(dropout1(out)): the attention branch dropped twice
     dropout_after_add = False  # the dropout applied to the sum x + branch instead of the branch alone
 
     def _attn_branch(self, x, mask):
         out, _ = self.self_attn(x, x, x, mask)
+        if self.attn_dropped_twice:
+            out = self.dropout1(out)
         return self.dropout1(out) if self.branch_dropout and not self.dropout_after_add else out
 
     def _ff_branch(self, x):
         out = self.ff(x)
-        return self.dropout2(out) if self.branch_dropout and not self.dropout_after_add else out
+        return self.dropout2(out) if self.branch_dropout and self.ff_branch_dropout and not self.dropout_after_add else out
 
     def forward(self, x, mask=None):
         if self.invert_mask and mask is not None:
@@ -152,6 +158,10 @@ ENC_MISTAKES = {
     "a LayerNorm after the FFN in Pre-LN: the final LayerNorm belongs after the last layer of the stack "
     "(nn.TransformerEncoder's norm), not inside each Pre-LN layer": _enc(norm_at_end=True),
     "no dropout on the residual branches in train() mode: x + dropout1(attn(...)) and x + dropout2(ff(...))": _enc(branch_dropout=False),
+    "the FFN branch is not dropped in train() mode: x + dropout2(ff(...)), as the attention branch is x + dropout1(attn(...))":
+        _enc(ff_branch_dropout=False),
+    "the attention branch is dropped twice (dropout1 applied to its own output): drop each branch once, x + dropout1(attn(...))":
+        _enc(attn_dropped_twice=True),
     "the dropout is applied to the residual sum, dropout(x + branch), which also drops the residual stream: "
     "drop the branch only, x + dropout(branch)": _enc(dropout_after_add=True),
 }

@@ -52,6 +52,7 @@ class _Dec(ref.DecoderLayer):
     norm_on_branch = False  # x + norm(sublayer(x)) instead of norm(x + sublayer(x))
     cross_first = False
     branch_dropout = True  # False: dropout1..3 left out of the residual branches (seen in train() mode)
+    ff_drop = "branch"  # where dropout3 sits: on the FFN branch, on the residual sum (x + ff(x)), or on ff's input
 
     def _masks(self, tgt_mask, memory_mask):
         if self.invert_masks:
@@ -69,18 +70,21 @@ class _Dec(ref.DecoderLayer):
         def cross_block(y):
             return self.cross_attn(y, kv(y), kv(y), memory_mask)[0]
 
-        drops = (self.dropout1, self.dropout2, self.dropout3) if self.branch_dropout else ((lambda t: t),) * 3
+        same = (lambda t: t)
+        drops = (self.dropout1, self.dropout2, self.dropout3) if self.branch_dropout else (same,) * 3
         blocks = [(self_block, self.norm1), (cross_block, self.norm2), (self.ff, self.norm3)]
         if self.cross_first:
             blocks[0], blocks[1] = (cross_block, self.norm1), (self_block, self.norm2)
-        blocks = [((lambda y, b=b, d=d: d(b(y))), n) for (b, n), d in zip(blocks, drops)]
-        for block, norm in blocks:
+        wheres = ("branch", "branch", self.ff_drop)
+        for (b, norm), d, where in zip(blocks, drops, wheres):
+            block = (lambda y, b=b, d=d: d(b(y))) if where == "branch" else (lambda y, b=b, d=d: b(d(y))) if where == "input" else b
+            after = d if where == "sum" else same
             if self.norm_first and not self.post_ln_always:
-                x = x + block(norm(x))
+                x = after(x + block(norm(x)))
             elif self.norm_on_branch:
-                x = x + norm(block(x))
+                x = after(x + norm(block(x)))
             else:
-                x = norm(x + block(x))
+                x = norm(after(x + block(x)))
         return x
 
 
@@ -107,6 +111,10 @@ DECODER_MISTAKES = {
     "cross-attention, then the feed-forward network": _dec(cross_first=True),
     "no dropout on the residual branches in train() mode: each sub-layer's output goes through its dropout "
     "(dropout1, dropout2, dropout3) before the residual add": _dec(branch_dropout=False),
+    "the feed-forward sub-layer's dropout is applied to the residual sum, dropout3(x + ff(x)), which also drops the "
+    "residual stream: drop the branch only, x + dropout3(ff(x))": _dec(ff_drop="sum"),
+    "the feed-forward sub-layer's dropout is applied to its input, ff(dropout3(x)): drop its output, "
+    "x + dropout3(ff(x))": _dec(ff_drop="input"),
 }
 
 DECODER_HINTS = {

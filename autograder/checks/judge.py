@@ -608,6 +608,18 @@ def judge_calls(calls, records, function, names, reference_call, mistakes, error
 
         def named_mistake(call=call, got=got, expected=expected, record=record):
             mistake = diagnose(call, got, mistakes, call.dtype, run_mistake) if mistakes else None
+            if mistake is None and mistakes and callees:
+                # The mistake composed with the learner's recorded callee results, as the reference is (rule 2):
+                # in train() mode a recorded sublayer draws its dropout masks apart (runner.seeded_dropout), so a
+                # mistake in the caller's own code matches only with the callee answering as it did for the learner.
+                def composed_mistake(wrong_fn, c, record=record):
+                    run = (lambda cc: run_mistake(wrong_fn, cc)) if run_mistake else (lambda cc: wrong_fn(*cc.inputs()[0], **cc.inputs()[1]))
+                    out = compose(c, record, run, callees, module_name)[0]
+                    if out is None:
+                        raise LookupError("no recorded callee result to compose with")
+                    return out
+
+                mistake = diagnose(call, got, mistakes, call.dtype, composed_mistake)
             if mistake is None and shape_mistakes:
                 mistake = diagnose_shapes(call, got, shape_mistakes, expected, run_mistake)
             hidden = _unrecorded_callees(record, callees)

@@ -29,9 +29,9 @@ WRONG_ANSWERS = {
     "greedy_train_at_end": WrongAnswer("greedy_decode", "    model.train(was_training)\n", "    model.train()\n",
                                        "the model is put in train() mode before returning"),
     "decoder_dropout_after_residual": WrongAnswer("DecoderLayer", "            x = self.norm3(x + self._ff_block(x))",
-                                                  "            x = self.norm3(self.dropout3(x + self.ff(x)))", "train() with dropout = 0.4 (the grader's dropout masks)"),
+                                                  "            x = self.norm3(self.dropout3(x + self.ff(x)))", "dropout is applied to the residual sum"),
     "decoder_ff_input_dropped": WrongAnswer("DecoderLayer", "        return self.dropout3(self.ff(x))",
-                                            "        return self.ff(self.dropout3(x))", "train() with dropout = 0.4 (the grader's dropout masks)"),
+                                            "        return self.ff(self.dropout3(x))", "dropout is applied to its input"),
     "count_final_norm_once": WrongAnswer("transformer_parameter_count", "    finals = 2 * ln if final_norm else 0",
                                          "    finals = ln if final_norm else 0", "one final LayerNorm instead of two"),
     "decoder_masks_inverted": WrongAnswer(
