@@ -121,16 +121,22 @@ class _PE(ref.PositionalEncoding):
     seq_first = False  # the table sliced with x.size(0) (the batch) and broadcast along the sequence
     scaled = True
     drop_in_eval = False
+    drop_before_adding = False  # only x is dropped, the encoding added after the dropout
+    table_in_float32 = False  # the table made in float32 (sinusoidal_pe's default), rows cast to x's dtype
 
     def forward(self, x, generator=None):
         if self.seq_first:
-            y = x + self.pe[: x.size(0)].to(x.dtype)[:, None, :]  # (batch, 1, d): row b added to sentence b
+            added = self.pe[: x.size(0)].to(x.dtype)[:, None, :]  # (batch, 1, d): row b added to sentence b
         else:
-            y = x + self.pe[: x.size(1)].to(x.dtype)
+            rows = self.pe[: x.size(1)]
+            added = (rows.float() if self.table_in_float32 else rows).to(x.dtype)
+        y = x + added
         p = self.dropout.p
         if generator is None or p == 0.0 or not (self.training or self.drop_in_eval):
             return y if not self.training else self.dropout(y)
         keep = torch.rand(y.shape, generator=generator) >= p
+        if self.drop_before_adding:
+            return x * keep.to(y.device) * (1.0 / (1.0 - p) if self.scaled else 1.0) + added
         return y * keep.to(y.device) * (1.0 / (1.0 - p) if self.scaled else 1.0)
 
 
@@ -146,6 +152,9 @@ PE_MISTAKES = {
     "output is x + PE": _pe_class(scaled=False),
     "dropout is applied in eval() mode too: after .eval() (self.training is False) the layer must only add the "
     "encoding": _pe_class(drop_in_eval=True),
+    "only x is dropped, the encoding added after the dropout: drop the sum, dropout(x + PE)": _pe_class(drop_before_adding=True),
+    "the table is made in float32 (sinusoidal_pe's default dtype): make it in float64, sinusoidal_pe(max_len, d_model, "
+    "dtype=torch.float64), and cast the rows to x's dtype, so that a float64 x gets every digit": _pe_class(table_in_float32=True),
 }
 
 DRAWS = ("dropout drops entries and scales the kept ones, but not the entries the generator decides: draw "

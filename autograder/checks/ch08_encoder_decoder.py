@@ -240,7 +240,7 @@ GREEDY_HINTS = {
 
 
 def _train(model, src, tgt, src_mask, pad_id, eps=0.0, lr=0.1, steps=1, optimizer=None, *, shift="right", ignore=True,
-           smoothing=True, zero_grad=True, reduction="mean", pad_is_zero=False, own_optimizer=False):
+           smoothing=True, zero_grad=True, reduction="mean", pad_is_zero=False, own_optimizer=False, loss_after_step=False):
     import torch.nn.functional as F
     optimizer = torch.optim.SGD(model.parameters(), lr=lr) if own_optimizer or optimizer is None else optimizer
     if shift == "right":
@@ -257,6 +257,10 @@ def _train(model, src, tgt, src_mask, pad_id, eps=0.0, lr=0.1, steps=1, optimize
             optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        if loss_after_step:  # the loss of the updated model, computed again
+            logits = model(src, dec_in, src_mask)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=ignore_index,
+                                   label_smoothing=eps if smoothing else 0.0, reduction=reduction)
         losses.append(loss.detach())
     return torch.stack(losses)
 
@@ -280,6 +284,8 @@ TRAIN_MISTAKES = {
     "the loss is summed over the positions instead of averaged over the real (non-padding) labels": _train_variant(reduction="sum"),
     "the optimizer it is given is ignored (a new SGD is made every call): step the `optimizer` argument when one is "
     "given, and make SGD(model.parameters(), lr=lr) only when it is None": _train_variant(own_optimizer=True),
+    "the losses are those of the model after each step (computed again after optimizer.step()): return the loss "
+    "each step minimised, computed before its update": _train_variant(loss_after_step=True),
 }
 
 TRAIN_HINTS = {

@@ -102,14 +102,15 @@ MASK_MISTAKES = {
 }
 
 
-def _step_variant(q_new, k_new, v_new, k_cache=None, v_cache=None, *, mask="offset", cache_after=False, scale=True, grow=True):
+def _step_variant(q_new, k_new, v_new, k_cache=None, v_cache=None, *, mask="offset", cache_after=False, scale=True, grow=True,
+                  by_d_k=False):
     if k_cache is not None:
         k_all = torch.cat([k_new, k_cache] if cache_after else [k_cache, k_new], dim=-2)
         v_all = torch.cat([v_new, v_cache] if cache_after else [v_cache, v_new], dim=-2)
     else:
         k_all, v_all = k_new, v_new
     s, total = q_new.size(-2), k_all.size(-2)
-    scores = q_new @ k_all.transpose(-2, -1) / (math.sqrt(q_new.size(-1)) if scale else 1.0)
+    scores = q_new @ k_all.transpose(-2, -1) / (q_new.size(-1) if by_d_k else math.sqrt(q_new.size(-1)) if scale else 1.0)
     if mask == "offset":
         keep = ref.causal_mask_with_offset(s, total - s, device=q_new.device)
     elif mask == "top_left":
@@ -132,6 +133,7 @@ STEP_MISTAKES = {
     "the returned cache is only the new tokens' keys and values: return all p + s of them, the cache for the next step":
         lambda *a: _step_variant(*a, grow=False),
     "missing scale: the scores are divided by sqrt(d_k)": lambda *a: _step_variant(*a, scale=False),
+    "the scores are divided by d_k instead of sqrt(d_k)": lambda *a: _step_variant(*a, by_d_k=True),
 }
 
 

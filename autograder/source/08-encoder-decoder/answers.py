@@ -19,7 +19,7 @@ WRONG_ANSWERS = {
                                       "", "the gradients are never cleared"),
     "train_loss_after_step": WrongAnswer("train_step", "        losses.append(loss.detach())",
                                          "        losses.append(F.cross_entropy(model(src, dec_in, src_mask).reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=pad_id, label_smoothing=eps).detach())",
-                                         "wrong values"),
+                                         "the losses are those of the model after each step"),
     "greedy_src_mask_not_in_decode": WrongAnswer("greedy_decode", "        logits = model.decode(ys, memory, src_mask)",
                                                  "        logits = model.decode(ys, memory, None)", "src_mask is not passed on to model.decode"),
     "greedy_src_mask_not_in_encode": WrongAnswer("greedy_decode", "    memory = model.encode(src, src_mask)",

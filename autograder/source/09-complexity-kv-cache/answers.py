@@ -17,7 +17,7 @@ WRONG_ANSWERS = {
                                                      "        return self.k, self.v", "append returns the whole buffer"),
     "matmul_flops_true_division": WrongAnswer("matmul_flops", "return 2 * batch * m * k * p", "return batch * m * k * p / 0.5", "an int is expected"),
     "step_scaled_by_d_k": WrongAnswer("attention_step", "    scores = q_new @ k_new.transpose(-2, -1) / math.sqrt(q_new.size(-1))  # (B, H, s, p + s)",
-                                      "    scores = q_new @ k_new.transpose(-2, -1) / q_new.size(-1)", "wrong values"),
+                                      "    scores = q_new @ k_new.transpose(-2, -1) / q_new.size(-1)", "divided by d_k instead of sqrt(d_k)"),
     "mask_wrong_step_right": WrongAnswer("causal_mask_with_offset", ".tril(diagonal=n_past)", ".tril(diagonal=n_past + 1)", "off by one"),
     "bytes_batch_ignored": WrongAnswer("kv_cache_bytes", "return 2 * n_layers * n_heads * d_k * seq_len * bytes_per_elem * batch",
                                        "return 2 * n_layers * n_heads * d_k * seq_len * bytes_per_elem", "the batch is ignored"),
