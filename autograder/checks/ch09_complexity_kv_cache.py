@@ -299,10 +299,18 @@ def _attention_cases(seed):
 
 def _bytes_cases(seed):
     g = generator(seed, "kv_cache_bytes_hidden")
-    L, h, d_k, n = _ints(g, 2, 13), _ints(g, 2, 17), 2 ** _ints(g, 4, 8), _ints(g, 100, 5000)
+    # Every factor different from the others (and from the 2 of keys and values and the bytes per element): a
+    # mistake that leaves out one factor must not give the number of one that leaves out another.
+    L, h, d_k, n = _ints(g, 3, 13), _ints(g, 3, 17), 2 ** _ints(g, 4, 8), _ints(g, 100, 5000)
+    L = L + 1 if L == 4 else L
+    while h in (L, d_k, 4):
+        h += 1
+    batch = h % 7 + 3
+    while batch in (L, h, d_k, 2, 4):
+        batch += 1
     return [
         Case(f"kv_cache_bytes({L}, {h}, {d_k}, {n}, 2) (float16)", (L, h, d_k, n, 2)),
-        Case(f"kv_cache_bytes({L}, {h}, {d_k}, {n}, 4, batch={h % 7 + 3}) (float32)", (L, h, d_k, n, 4), {"batch": h % 7 + 3}),
+        Case(f"kv_cache_bytes({L}, {h}, {d_k}, {n}, 4, batch={batch}) (float32)", (L, h, d_k, n, 4), {"batch": batch}),
         Case("kv_cache_bytes(32, 8, 128, 4096, 1) (8 key/value heads, 8-bit)", (32, 8, 128, 4096, 1)),
         Case(f"kv_cache_bytes({L}, {h}, {d_k}, 0, 2) (nothing cached yet)", (L, h, d_k, 0, 2)),
         Case(f"kv_cache_bytes({L}, {h}, {d_k}, -{n}, 2) (a negative length)", (L, h, d_k, -n, 2), raises=ValueError,
