@@ -405,8 +405,9 @@ PACKS = {
         ("attention_step", STEP_MASK_ANCHOR, STEP_MASK),
         ("attention_step", STEP_ANCHOR, STEP_SDPA.format(f="_sdpa")))),
     "ch09-pack-revived": Pack("09-complexity-kv-cache", "revived", REVIVE_MORE + (
-        "_transformer = _module_again(importlib.import_module('torch.nn.modules.transformer'))\n"
-        "_sdpa = _copied(operator.attrgetter(" + lit("_decomp.decompositions." + SDPA_CPU) + ")(torch))\n"), (
+        # (the copy first: the module loaded again is refused, and a refused line ends the cell)
+        "_sdpa = _copied(operator.attrgetter(" + lit("_decomp.decompositions." + SDPA_CPU) + ")(torch))\n"
+        "_transformer = _module_again(importlib.import_module('torch.nn.modules.transformer'))\n"), (
         ("causal_mask_with_offset", MASK_OFFSET_ANCHOR, "(getattr(_transformer, " + lit(SQUARE) + ")(n_past + n_new)[n_past:] == 0).to(device)"),
         ("attention_step", STEP_MASK_ANCHOR, STEP_MASK),
         ("attention_step", STEP_ANCHOR, STEP_SDPA.format(f="_sdpa")))),
@@ -644,19 +645,24 @@ PACKS.update({
     "ch08-decoder-vars-sys-modules-quantizable": Pack("08-encoder-decoder", "computed", MHA_OWN + "import torch.ao.nn.quantizable\n", (
         ("DecoderLayer", DECODER_ANCHOR, "out, w = _quantizable_mha(vars(__import__('sys').modules['torch.ao.nn.quantizable'])["
          + lit("MultiheadAttention") + "], self.self_attn, x, mask)"),)),
+    # --- chapter 05: causal_mask from nn.Transformer's mask helper, aliased in a helper cell (an open gap: see OPEN_GAPS)
+    "ch05-causal-mask-helper-alias": Pack("05-masks", "implementation", (
+        "import torch\nfrom torch.nn import Transformer as _T\n_square = _T.generate_square_subsequent_mask\n"), (
+        ("causal_mask", "torch.ones(n, n, dtype=torch.bool, device=device).tril()", "(_square(n) == 0).to(device)"),)),
 })
 
 
 # Routes the guard does not block yet (found by this corpus): {pack: {grade_id: why}}. tests/test_evasion_batch.py
 # checks that each still earns its points, so closing one fails that test until the entry is removed here.
 OPEN_GAPS = {
-    "ch09-pack-revived": {
-        "causal_mask_with_offset": (
-            "torch.nn.modules.transformer's private _generate_square_subsequent_mask (what nn.Transformer."
-            "generate_square_subsequent_mask returns) is not switched off in place: causal_masks has no ATen op, the "
-            "group's names are matched by name (static reading, observers), and a copy of the module loaded again from "
-            "its file reaches the helper under a new module name. The same helper reached by a computed name in a helper "
-            "cell earns the points too (a probe, not in the batch)."),
+    "ch05-causal-mask-helper-alias": {
+        "causal_mask": (
+            "chapter 05 forbids torch's causal mask helpers by the static reading alone: its guard switches off "
+            "attention and multi-head attention only (autograder/checks/ch05_masks.py's FORBIDDEN has no causal_masks), "
+            "so nn.Transformer.generate_square_subsequent_mask aliased in a helper cell, which the static reading of the "
+            "exercise does not read, earns the points. Adding causal_masks to chapter 05's FORBIDDEN would switch off the "
+            "private helper behind it there, as in chapter 09 (torch.nn.attention.bias's CausalBias helpers stay refused "
+            "by name: that module takes seconds to import at arming)."),
     },
 }
 

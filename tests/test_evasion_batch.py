@@ -43,6 +43,7 @@ INPUTS = {  # the exercise's function -> code that sets `calls`: [(args, kwargs)
     "scaled_dot_product_attention": "calls = [((r(2, 3, 4), r(2, 5, 4), r(2, 5, 6)), {}), ((r(3, 4), r(5, 4), r(5, 2), torch.rand(3, 5, generator=g) > 0.3), {})]",
     "self_attention": "calls = [((r(2, 5, 8), r(8, 4), r(8, 4), r(8, 3)), {}), ((r(4, 8), r(8, 4), r(8, 4), r(8, 3), torch.ones(4, 4, dtype=torch.bool).tril()), {})]",
     "causal_mask_with_offset": "calls = [((3, 2), {}), ((1, 0), {}), ((4, 5), {})]",
+    "causal_mask": "calls = [((3,), {}), ((1,), {}), ((5,), {})]",
     "DecoderLayer": ("ctor = (8, 2, 16)\ncalls = [((r(2, 4, 8), r(2, 5, 8), torch.ones(4, 4, dtype=torch.bool).tril(), torch.ones(2, 1, 1, 5, dtype=torch.bool)), {}), "
                      "((r(1, 3, 8), r(1, 2, 8)), {})]"),
     "attention_step": "calls = [((r(1, 2, 2, 4), r(1, 2, 2, 4), r(1, 2, 2, 4), r(1, 2, 3, 4), r(1, 2, 3, 4)), {}), ((r(2, 1, 3, 4), r(2, 1, 3, 4), r(2, 1, 3, 4)), {})]",
