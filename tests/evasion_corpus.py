@@ -13,7 +13,8 @@ computation from torch, in one of three categories:
 Names that start with an underscore are built from strings: written out (`torch._refs`), the static reading would
 refuse them as torch's private machinery for every exercise, and the route would prove nothing about the guard.
 
-tests/test_evasion_batch.py grades them all through the real CLI, warm and cold, and shows each computes the right
+Every chapter with forbidden built-ins has at least three routes per category, each a different torch function or a
+different way of reaching or reviving it (ROUTES and PACKS together). tests/test_evasion_batch.py grades them all through the real CLI, warm and cold, and shows each computes the right
 values where no guard is armed (so each earned points before the guard switched torch's implementations off).
 """
 
@@ -404,8 +405,9 @@ PACKS = {
         ("attention_step", STEP_MASK_ANCHOR, STEP_MASK),
         ("attention_step", STEP_ANCHOR, STEP_SDPA.format(f="_sdpa")))),
     "ch09-pack-revived": Pack("09-complexity-kv-cache", "revived", REVIVE_MORE + (
-        "_transformer = _module_again(importlib.import_module('torch.nn.modules.transformer'))\n"
-        "_sdpa = _copied(operator.attrgetter(" + lit("_decomp.decompositions." + SDPA_CPU) + ")(torch))\n"), (
+        # (the copy first: the module loaded again is refused, and a refused line ends the cell)
+        "_sdpa = _copied(operator.attrgetter(" + lit("_decomp.decompositions." + SDPA_CPU) + ")(torch))\n"
+        "_transformer = _module_again(importlib.import_module('torch.nn.modules.transformer'))\n"), (
         ("causal_mask_with_offset", MASK_OFFSET_ANCHOR, "(getattr(_transformer, " + lit(SQUARE) + ")(n_past + n_new)[n_past:] == 0).to(device)"),
         ("attention_step", STEP_MASK_ANCHOR, STEP_MASK),
         ("attention_step", STEP_ANCHOR, STEP_SDPA.format(f="_sdpa")))),
@@ -428,16 +430,239 @@ PACKS = {
             f="__import__('functools').reduce(getattr, ('nn', 'functional', 'multi_head_' + 'attention_forward'), torch)")),)),
 }
 
+# --- More routes for chapters 01, 03, 05 and 08: three per category in each (issue 31) --------------------------------
+# These chapters have one routable exercise each (chapter 05's other exercises build masks, whose built-ins the guard
+# leaves on there), so each route is one notebook. `lit` keeps torch's private names and the forbidden names out of the
+# cells' text, as above.
+
+def _import(path):
+    return f"__import__('importlib').import_module('torch.' + {lit(path)})"
+
+
+# Chapter 01: lstm_cell_step through a recurrent built-in's Python implementation: torch's LSTM decomposition (one
+# time step of a one-layer LSTM), or a quantizable LSTM (the layer or its cell) called on the learner's weights.
+LSTM_IMPL = '''
+
+def _by_lstm_impl(f, x, h, c, W_xh, W_hh, b):
+    flat = [t.reshape(-1, t.size(-1)) for t in (x, h, c)]  # (N, d_in), (N, d_h), (N, d_h)
+    params = [W_xh.T, W_hh.T, b, torch.zeros_like(b)]  # PyTorch's weight_ih, weight_hh, bias_ih, bias_hh
+    _, h_new, c_new = f(flat[0][None], (flat[1][None], flat[2][None]), params, True, 1, 0.0, False, False, False)
+    return h_new[0].reshape(h.shape), c_new[0].reshape(c.shape)
+
+
+def _by_quantizable(cls, x, h, c, W_xh, W_hh, b, prefix=""):
+    module = cls(W_xh.size(0), W_hh.size(0), dtype=x.dtype)
+    params = {prefix + 'igates.weight': W_xh.T, prefix + 'igates.bias': b, prefix + 'hgates.weight': W_hh.T,
+              prefix + 'hgates.bias': torch.zeros_like(b)}
+    flat = [t.reshape(-1, t.size(-1)) for t in (x, h, c)]
+    if prefix:  # the layer: a sequence of one step, its state (layers, N, d_h)
+        _, (h_new, c_new) = torch.func.functional_call(module, params, (flat[0][None], (flat[1][None], flat[2][None])))
+        h_new, c_new = h_new[0], c_new[0]
+    else:
+        h_new, c_new = torch.func.functional_call(module, params, (flat[0], (flat[1], flat[2])))
+    return h_new.reshape(h.shape), c_new.reshape(c.shape)
+'''
+LSTM_BY = "def lstm_cell_step(x, h, c, W_xh, W_hh, b):\n    return {call}\n"
+LAYER_PREFIX = "'layers.0.layer_fw.cell.'"
+
+# Chapter 05: masked_attention's output and weights from an attention built-in that is given the masked scores as its
+# additive mask (queries and keys projected to zero, values projected as they are): what it returns is torch's.
+MASKED_BY = '''import math, torch
+
+
+def _scores(q, k, mask, fill):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., Tq, Tk)
+    return scores if mask is None else scores.masked_fill(~mask, fill)
+
+
+def _by_mha_forward(f, q, k, v, mask, fill):
+    scores = _scores(q, k, mask, fill)
+    lead, (Tq, Tk), E = scores.shape[:-2], scores.shape[-2:], v.size(-1)
+    v3 = v.expand(*lead, *v.shape[-2:]).reshape(-1, Tk, E).transpose(0, 1)  # (Tk, N, E)
+    N = v3.size(1)
+    zero, eye = v.new_zeros(E, E), torch.eye(E, dtype=v.dtype, device=v.device)
+    out, w = f(v.new_zeros(Tq, N, E), v.new_zeros(Tk, N, E), v3, E, 1, None, v.new_zeros(3 * E), None, None, False, 0.0, eye,
+               v.new_zeros(E), training=False, need_weights=True, attn_mask=scores.reshape(N, Tq, Tk),
+               use_separate_proj_weight=True, q_proj_weight=zero, k_proj_weight=zero, v_proj_weight=eye,
+               average_attn_weights=False)  # (Tq, N, E), (N, 1, Tq, Tk)
+    return out.transpose(0, 1).reshape(*lead, Tq, E), w.reshape(scores.shape)
+
+
+def _by_quantizable_mha(cls, q, k, v, mask, fill):
+    scores = _scores(q, k, mask, fill)
+    lead, (Tq, Tk), E = scores.shape[:-2], scores.shape[-2:], v.size(-1)
+    v3 = v.expand(*lead, *v.shape[-2:]).reshape(-1, Tk, E)  # (N, Tk, E)
+    N = v3.size(0)
+    module = cls(E, 1, batch_first=True, dtype=v.dtype)
+    zero, eye, bias = v.new_zeros(E, E), torch.eye(E, dtype=v.dtype, device=v.device), v.new_zeros(E)
+    params = {'linear_Q.weight': zero, 'linear_Q.bias': bias, 'linear_K.weight': zero, 'linear_K.bias': bias,
+              'linear_V.weight': eye, 'linear_V.bias': bias, 'out_proj.weight': eye, 'out_proj.bias': bias}
+    out, w = torch.func.functional_call(module, params, (v.new_zeros(N, Tq, E), v.new_zeros(N, Tk, E), v3),
+                                        {'attn_mask': scores.reshape(N, Tq, Tk), 'average_attn_weights': False})
+    return out.reshape(*lead, Tq, E), w.reshape(scores.shape)
+
+
+def _by_sdpa_for_cpu(f, q, k, v, mask, fill):
+    scores = _scores(q, k, mask, fill)
+    lead = scores.shape[:-2]
+    v4 = v.expand(*lead, *v.shape[-2:]).reshape(-1, 1, *v.shape[-2:])
+    zeros = v4.new_zeros(v4.shape[0], 1, scores.size(-2), v4.size(-1))  # the scores come in the mask
+    out, w = f(zeros, torch.zeros_like(v4), v4, attn_mask=scores.reshape(-1, 1, *scores.shape[-2:]))
+    nan = 0 * scores.amax(-1, keepdim=True)  # NaN where every key is masked with -inf (torch's gives 0)
+    return out.reshape(*lead, *out.shape[-2:]) + nan, w.reshape(scores.shape) + nan
+'''
+MASKED_BY_CELL = ("def masked_attention(q, k, v, mask=None, fill_value=float('-inf')):\n"
+                  "    if mask is not None and mask.dtype != torch.bool:\n"
+                  "        raise TypeError('mask must be a bool tensor')\n"
+                  "    return {call}\n")
+MHAF = "multi_head_attention_forward"
+
+# Chapter 08: the DecoderLayer's self-attention through nn.MultiheadAttention's own code called on a module of the
+# learner's that holds the learner's weights under torch's names (a method of torch's layer called on your own module),
+# or through a quantizable MultiheadAttention given the learner's weights.
+MHA_OWN = '''import torch
+from torch import nn
+
+
+class _Own(nn.Module):
+    """The learner's self-attention weights under the names nn.MultiheadAttention's code reads."""
+
+    def __init__(self, attn):
+        super().__init__()
+        self.embed_dim = self.kdim = self.vdim = attn.d_model
+        self.num_heads, self.head_dim, self.dropout, self.batch_first = attn.n_heads, attn.d_model // attn.n_heads, 0.0, True
+        self._qkv_same_embed_dim, self.bias_k, self.bias_v, self.add_zero_attn = True, None, None, False
+        self.q_proj_weight = self.k_proj_weight = self.v_proj_weight = None
+        self.in_proj_weight = torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight])
+        self.in_proj_bias = torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias])
+        self.out_proj = attn.w_o
+
+
+def _own_mha(forward, attn, x, mask):
+    B, T = x.shape[:2]
+    refused = None if mask is None else ~mask.expand(B, attn.n_heads, T, T).reshape(-1, T, T)  # torch's: True = may NOT attend
+    return forward(_Own(attn).eval(), x, x, x, attn_mask=refused, need_weights=True, average_attn_weights=False)
+
+
+def _quantizable_mha(cls, attn, x, mask):
+    module = cls(attn.d_model, attn.n_heads, dtype=x.dtype)  # sequence first: its batch_first mixes the heads up
+    params = {'linear_Q.weight': attn.w_q.weight, 'linear_Q.bias': attn.w_q.bias, 'linear_K.weight': attn.w_k.weight,
+              'linear_K.bias': attn.w_k.bias, 'linear_V.weight': attn.w_v.weight, 'linear_V.bias': attn.w_v.bias,
+              'out_proj.weight': attn.w_o.weight, 'out_proj.bias': attn.w_o.bias}
+    B, T = x.shape[:2]
+    additive = None if mask is None else x.new_zeros(B * attn.n_heads, T, T).masked_fill(
+        ~mask.expand(B, attn.n_heads, T, T).reshape(-1, T, T), float('-inf'))
+    xt = x.transpose(0, 1)  # (T, B, D)
+    out, w = torch.func.functional_call(module, params, (xt, xt, xt), {'attn_mask': additive, 'average_attn_weights': False})
+    return out.transpose(0, 1), w  # (B, T, D), (B, H, T, T)
+'''
+
+ROUTES.update({
+    # --- chapter 01 ---------------------------------------------------------------------------------------------
+    "ch01-lstm-decomposition-table": Route("01-rnn-limits", "lstm_cell_step", "implementation", (
+        "import torch\n_lstm = " + _import("_decomp") + ".decomposition_table[getattr(torch.ops.aten, " + lit("lstm") + ").input]\n"
+        + LSTM_IMPL), LSTM_BY.format(call="_by_lstm_impl(_lstm, x, h, c, W_xh, W_hh, b)")),
+    "ch01-quantizable-lstm-layer": Route("01-rnn-limits", "lstm_cell_step", "implementation", (
+        "import torch\nfrom torch.ao.nn.quantizable import LSTM as _QL\n" + LSTM_IMPL),
+        LSTM_BY.format(call="_by_quantizable(_QL, x, h, c, W_xh, W_hh, b, " + LAYER_PREFIX + ")")),
+    "ch01-lstm-cell-source-again": Route("01-rnn-limits", "lstm_cell_step", "revived", REVIVE_MORE + (
+        "_f = _exec_source(" + _import("_decomp.decompositions") + ", " + lit("lstm_cell") + ")\n"),
+        LSTM_BY.format(call="_f(x @ W_xh + b, h, c, W_hh.T, None, None, -1)")),
+    "ch01-quantizable-module-again": Route("01-rnn-limits", "lstm_cell_step", "revived", REVIVE_MORE + (
+        "_cell_class = getattr(_module_again(importlib.import_module('torch.ao.nn.quantizable.modules.rnn')), " + lit("LSTMCell") + ")\n"
+        + LSTM_IMPL), LSTM_BY.format(call="_by_quantizable(_cell_class, x, h, c, W_xh, W_hh, b)")),
+    "ch01-getmembers-one-layer": Route("01-rnn-limits", "lstm_cell_step", "computed", "", (
+        "import inspect, sys\n\n\ndef lstm_cell_step(x, h, c, W_xh, W_hh, b):\n"
+        "    layer = dict(inspect.getmembers(sys.modules['torch.' + " + lit("_decomp.decompositions") + "]))[" + lit("one_layer_lstm") + "]\n"
+        "    flat = [t.reshape(-1, t.size(-1)) for t in (x, h, c)]\n"
+        "    _, (h_new, c_new) = layer(flat[0][None], (flat[1], flat[2]), [W_xh.T, W_hh.T, b, torch.zeros_like(b)], True)\n"
+        "    return h_new.reshape(h.shape), c_new.reshape(c.shape)\n")),
+    "ch01-builtins-getattr-quantizable": Route("01-rnn-limits", "lstm_cell_step", "computed", "import torch\n" + LSTM_IMPL, (
+        "def lstm_cell_step(x, h, c, W_xh, W_hh, b):\n"
+        "    cell = __import__('builtins').getattr(__import__('torch.ao.nn.quantizable').ao.nn.quantizable, " + lit("LSTMCell") + ")\n"
+        "    return _by_quantizable(cell, x, h, c, W_xh, W_hh, b)\n")),
+    # --- chapter 03 ---------------------------------------------------------------------------------------------
+    "ch03-categorical": Route("03-worked-examples", "attention_steps", "implementation", (
+        "import torch\n\n\ndef _sm(x, dim):\n"
+        "    return torch.distributions.Categorical(logits=x.movedim(dim, -1), validate_args=False).probs.movedim(-1, dim)\n"), "",
+        ("stable_softmax(scaled, dim=-1)", "_sm(scaled, -1)")),
+    "ch03-refs-softmin": Route("03-worked-examples", "attention_steps", "implementation", (
+        "import torch\n_functional = " + _import("_refs.nn.functional") + "\n\n\n"
+        "def _sm(x, dim):\n    return _functional.softmin(-x, dim)\n"), "", ("stable_softmax(scaled, dim=-1)", "_sm(scaled, -1)")),
+    "ch03-refs-softmax-copied": Route("03-worked-examples", "attention_steps", "revived", REVIVE_MORE + (
+        "_copy = _copied(operator.attrgetter(" + lit("_refs.softmax") + ")(torch))\n\n\n"
+        "def _sm(x, dim):\n    return _copy(x, dim, None)\n"), "", ("stable_softmax(scaled, dim=-1)", "_sm(scaled, -1)")),
+    "ch03-refs-log-softmax-from-pyc-renamed": Route("03-worked-examples", "attention_steps", "revived", REVIVE + (
+        "_f = _from_pyc(_module(" + lit("_refs") + "), " + lit("log_softmax") + ", rename=True)\n\n\n"
+        "def _sm(x, dim):\n    return _f(x, dim, None).exp()\n"), "", ("stable_softmax(scaled, dim=-1)", "_sm(scaled, -1)")),
+    "ch03-reduce-getattr-log-softmax": Route("03-worked-examples", "attention_steps", "computed", "", "", (
+        "stable_softmax(scaled, dim=-1)",
+        "__import__('functools').reduce(getattr, (" + lit("_refs") + ", 'special', " + lit("log_softmax") + "), torch)(scaled, -1).exp()")),
+    "ch03-builtins-getattr-softmin": Route("03-worked-examples", "attention_steps", "computed", "", "", (
+        "stable_softmax(scaled, dim=-1)",
+        "__import__('builtins').getattr(" + _import("_refs.nn.functional") + ", " + lit("softmin") + ")(-scaled, -1)")),
+    # --- chapter 05 ---------------------------------------------------------------------------------------------
+    "ch05-sdpa-decomposition-table": Route("05-masks", "masked_attention", "implementation", MASKED_BY + (
+        "_sdpa = " + _import("_decomp") + ".decomposition_table[getattr(torch.ops.aten, '_' + " + lit(SDPA_CPU) + ").default]\n"),
+        MASKED_BY_CELL.format(call="_by_sdpa_for_cpu(_sdpa, q, k, v, mask, fill_value)")),
+    "ch05-quantizable-mha": Route("05-masks", "masked_attention", "implementation", MASKED_BY + (
+        "from torch.ao.nn.quantizable import MultiheadAttention as _QM\n"),
+        MASKED_BY_CELL.format(call="_by_quantizable_mha(_QM, q, k, v, mask, fill_value)")),
+    "ch05-sdpa-decomposition-copied": Route("05-masks", "masked_attention", "revived", MASKED_BY + REVIVE_MORE + (
+        "_sdpa = _copied(operator.attrgetter(" + lit("_decomp.decompositions." + SDPA_CPU) + ")(torch))\n"),
+        MASKED_BY_CELL.format(call="_by_sdpa_for_cpu(_sdpa, q, k, v, mask, fill_value)")),
+    "ch05-quantizable-module-again": Route("05-masks", "masked_attention", "revived", MASKED_BY + REVIVE_MORE + (
+        "_mha_class = _module_again(importlib.import_module('torch.ao.nn.quantizable.modules.activation')).MultiheadAttention\n"),
+        MASKED_BY_CELL.format(call="_by_quantizable_mha(_mha_class, q, k, v, mask, fill_value)")),
+    # Chapter 05's static reading refuses computed access itself (its mask built-ins are refused by reading alone, so
+    # a note that hides what the code calls costs the points there): these two are written so that it notes nothing,
+    # and the guard decides at run time.
+    "ch05-object-getattribute-mha-forward": Route("05-masks", "masked_attention", "computed", MASKED_BY, MASKED_BY_CELL.format(
+        call="_by_mha_forward(object.__getattribute__(torch.nn.functional, " + lit(MHAF) + "), q, k, v, mask, fill_value)")),
+    "ch05-getmembers-quantizable": Route("05-masks", "masked_attention", "computed", MASKED_BY, (
+        "import inspect\nimport torch.ao.nn.quantizable\n\n\n" + MASKED_BY_CELL.format(
+            call="_by_quantizable_mha(dict(inspect.getmembers(torch.ao.nn.quantizable))[" + lit("MultiheadAttention")
+                 + "], q, k, v, mask, fill_value)"))),
+})
+
+PACKS.update({
+    # --- chapter 08 ---------------------------------------------------------------------------------------------
+    "ch08-decoder-quantizable-mha": Pack("08-encoder-decoder", "implementation",
+                                         MHA_OWN + "from torch.ao.nn.quantizable import MultiheadAttention as _QM\n",
+                                         (("DecoderLayer", DECODER_ANCHOR, "out, w = _quantizable_mha(_QM, self.self_attn, x, mask)"),)),
+    "ch08-decoder-mha-method-on-own-module": Pack("08-encoder-decoder", "implementation",
+                                                  MHA_OWN + "_forward = nn.MultiheadAttention.forward\n",
+                                                  (("DecoderLayer", DECODER_ANCHOR, "out, w = _own_mha(_forward, self.self_attn, x, mask)"),)),
+    "ch08-decoder-mha-forward-copied": Pack("08-encoder-decoder", "revived", REVIVE_MORE + (
+        "_mhaf = _copied(torch.nn.functional." + MHAF + ")\n") + MHA_ADAPTER,
+        (("DecoderLayer", DECODER_ANCHOR, DECODER_ROUTE.format(f="_mhaf")),)),
+    "ch08-decoder-mha-forward-source-again": Pack("08-encoder-decoder", "revived", REVIVE_MORE + (
+        "_mhaf = _exec_source(importlib.import_module('torch.nn.functional'), " + lit(MHAF) + ")\n") + MHA_ADAPTER,
+        (("DecoderLayer", DECODER_ANCHOR, DECODER_ROUTE.format(f="_mhaf")),)),
+    "ch08-decoder-attrgetter-mha-forward": Pack("08-encoder-decoder", "computed", "import torch\n" + MHA_ADAPTER, (
+        ("DecoderLayer", DECODER_ANCHOR, DECODER_ROUTE.format(
+            f="__import__('operator').attrgetter('nn.functional.' + " + lit(MHAF) + ")(torch)")),)),
+    "ch08-decoder-vars-sys-modules-quantizable": Pack("08-encoder-decoder", "computed", MHA_OWN + "import torch.ao.nn.quantizable\n", (
+        ("DecoderLayer", DECODER_ANCHOR, "out, w = _quantizable_mha(vars(__import__('sys').modules['torch.ao.nn.quantizable'])["
+         + lit("MultiheadAttention") + "], self.self_attn, x, mask)"),)),
+    # --- chapter 05: causal_mask from nn.Transformer's mask helper, aliased in a helper cell (an open gap: see OPEN_GAPS)
+    "ch05-causal-mask-helper-alias": Pack("05-masks", "implementation", (
+        "import torch\nfrom torch.nn import Transformer as _T\n_square = _T.generate_square_subsequent_mask\n"), (
+        ("causal_mask", "torch.ones(n, n, dtype=torch.bool, device=device).tril()", "(_square(n) == 0).to(device)"),)),
+})
+
+
 # Routes the guard does not block yet (found by this corpus): {pack: {grade_id: why}}. tests/test_evasion_batch.py
 # checks that each still earns its points, so closing one fails that test until the entry is removed here.
 OPEN_GAPS = {
-    "ch09-pack-revived": {
-        "causal_mask_with_offset": (
-            "torch.nn.modules.transformer's private _generate_square_subsequent_mask (what nn.Transformer."
-            "generate_square_subsequent_mask returns) is not switched off in place: causal_masks has no ATen op, the "
-            "group's names are matched by name (static reading, observers), and a copy of the module loaded again from "
-            "its file reaches the helper under a new module name. The same helper reached by a computed name in a helper "
-            "cell earns the points too (a probe, not in the batch)."),
+    "ch05-causal-mask-helper-alias": {
+        "causal_mask": (
+            "chapter 05 forbids torch's causal mask helpers by the static reading alone: its guard switches off "
+            "attention and multi-head attention only (autograder/checks/ch05_masks.py's FORBIDDEN has no causal_masks), "
+            "so nn.Transformer.generate_square_subsequent_mask aliased in a helper cell, which the static reading of the "
+            "exercise does not read, earns the points. Adding causal_masks to chapter 05's FORBIDDEN would switch off the "
+            "private helper behind it there, as in chapter 09 (torch.nn.attention.bias's CausalBias helpers stay refused "
+            "by name: that module takes seconds to import at arming)."),
     },
 }
 

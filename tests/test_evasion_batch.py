@@ -1,10 +1,10 @@
 """Routes to torch's own implementation of a forbidden built-in earn nothing through the real CLI (issue 31).
 
-tests/evasion_corpus.py holds the routes: for every chapter with forbidden built-ins, one per category (torch's Python
-implementation by any name, torch's code revived, a computed name in the solution cell), one notebook each (ROUTES);
-and packed notebooks (PACKS), one per chapter and category, each routing several exercises by different routes
-(chapters 02, 04, 07 and 09: two more routes per category; chapter 08: the DecoderLayer's self-attention through torch's
-multi_head_attention_forward, one per category). One module-scoped batch grades them through the real CLI: every
+tests/evasion_corpus.py holds the routes, at least three per category (torch's Python implementation by any name,
+torch's code revived, a computed name in the solution cell) for every chapter with forbidden built-ins: single routes,
+one notebook each (ROUTES: chapters 01, 03 and 05 have all three of each category there); and packed notebooks
+(PACKS), each routing one or several exercises by different routes (chapters 02, 04, 07 and 09: one notebook per
+chapter and category holding two more routes; chapter 08: the DecoderLayer's self-attention, one notebook per route). One module-scoped batch grades them through the real CLI: every
 notebook warm (about a second each); a sample cold (COLD: one per category and a good-faith notebook; a fresh
 interpreter and sandbox per notebook costs several seconds each, and the guard's arming code is the same in both
 starts, only the process start differs). Each routed exercise earns nothing and the notebook's other exercises keep
@@ -43,6 +43,7 @@ INPUTS = {  # the exercise's function -> code that sets `calls`: [(args, kwargs)
     "scaled_dot_product_attention": "calls = [((r(2, 3, 4), r(2, 5, 4), r(2, 5, 6)), {}), ((r(3, 4), r(5, 4), r(5, 2), torch.rand(3, 5, generator=g) > 0.3), {})]",
     "self_attention": "calls = [((r(2, 5, 8), r(8, 4), r(8, 4), r(8, 3)), {}), ((r(4, 8), r(8, 4), r(8, 4), r(8, 3), torch.ones(4, 4, dtype=torch.bool).tril()), {})]",
     "causal_mask_with_offset": "calls = [((3, 2), {}), ((1, 0), {}), ((4, 5), {})]",
+    "causal_mask": "calls = [((3,), {}), ((1,), {}), ((5,), {})]",
     "DecoderLayer": ("ctor = (8, 2, 16)\ncalls = [((r(2, 4, 8), r(2, 5, 8), torch.ones(4, 4, dtype=torch.bool).tril(), torch.ones(2, 1, 1, 5, dtype=torch.bool)), {}), "
                      "((r(1, 3, 8), r(1, 2, 8)), {})]"),
     "attention_step": "calls = [((r(1, 2, 2, 4), r(1, 2, 2, 4), r(1, 2, 2, 4), r(1, 2, 3, 4), r(1, 2, 3, 4)), {}), ((r(2, 1, 3, 4), r(2, 1, 3, 4), r(2, 1, 3, 4)), {})]",
@@ -125,9 +126,10 @@ def _results(workdir):
 
 
 # Graded cold too (a fresh sandbox and interpreter per notebook costs several seconds each; the whole corpus cold took
-# over three minutes on 2 cores): one route per category, from three chapters, and one good-faith notebook.
+# over three minutes on 2 cores): one route per category and chapter 01's and 03's revived and computed ones, and one
+# good-faith notebook.
 COLD = ("ch02-one-hot-categorical", "ch07-native-layer-norm-from-pyc", "ch05-attrgetter-in-solution", "ch08-decoder-mha-forward-from-pyc",
-        "ch08-decoder-norms-by-name")
+        "ch08-decoder-norms-by-name", "ch01-quantizable-module-again", "ch03-builtins-getattr-softmin")
 # A known limit of the judge, not of the guard: generate calls attention_step once per new token with the cache it
 # returned, so when attention_step raises on its first call (switched off), the replay round's table knows only that
 # first call, and generate cannot be run again with right results throughout; it loses its points, and its message
@@ -230,3 +232,19 @@ def test_a_computed_name_is_told_as_a_hint(evasion_batch):
     assert "no points lost" in feedforward["message"] and "getattr" in feedforward["message"], feedforward["message"]
     route = next(c for c in results["ch02-reduce-getattr"]["cells"] if c["grade_id"] == "stable_softmax_hidden")
     assert "no points lost" in route["message"] and "switched off" in route["message"], route["message"][:600]
+
+
+def test_every_chapter_has_three_routes_per_category_that_must_earn_nothing():
+    """The done-when of issue 31: at least three routes of each category per chapter with forbidden built-ins, each a
+    different route (no two with the same code), not counting the routes OPEN_GAPS lists (those still earn points)."""
+    routes = {}  # (chapter, category) -> {code of the route}
+    for route in ROUTES.values():
+        routes.setdefault((route.chapter, route.category), set()).add((route.grade_id, route.helper, route.solution, route.replace))
+    for name, pack in PACKS.items():
+        for grade_id in pack.routed:
+            if grade_id not in OPEN_GAPS.get(name, {}):
+                edits = tuple(e for e in pack.edits if e[0] == grade_id)
+                routes.setdefault((pack.chapter, pack.category), set()).add((grade_id, pack.helper, edits))
+    short = {f"{chapter} {category}": len(routes.get((chapter, category), ())) for chapter in CHAPTER_MODULES
+             for category in ("implementation", "revived", "computed") if len(routes.get((chapter, category), ())) < 3}
+    assert not short, f"chapters and categories with fewer than three routes that must earn nothing: {short}"

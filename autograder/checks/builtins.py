@@ -39,6 +39,9 @@ class Group:
                  dynamic observers and the guard, never refused by the static reading.
     idle_identity: ops (input, p, train) that compute nothing when train is False or p == 0 (they return their
                  input): switched off, they still do that, so nn.Dropout keeps working in eval mode.
+    by_name_only: of `modules`, names the guard does not switch off although the group has a Python
+                 implementation it does switch off (their module is too costly to load at arming): refused by the
+                 static reading alone, so a chapter that refuses them keeps computed access a refusal (static_only).
     """
 
     name: str
@@ -50,6 +53,7 @@ class Group:
     labels: dict = field(default_factory=dict)
     not_static: tuple = ()
     idle_identity: tuple = ()
+    by_name_only: tuple = ()
 
     def names(self):
         """Every name the observers or the guard may report for this group."""
@@ -200,14 +204,19 @@ DROPOUT = Group(
                    "feature_alpha_dropout", "feature_alpha_dropout_"),
 )
 
-# Chapter 05's mask helpers: Python functions and a class with no op of their own (masks are ordinary tensors), so
-# only the static reading refuses them.
+# Chapter 05's mask helpers: Python functions and a class with no op of their own (masks are ordinary tensors). The
+# guard switches off the one `import torch` loads, the private helper behind nn.Transformer.generate_square_subsequent_mask
+# (so every route to it, a copy of its module loaded again included, finds it off); torch.nn.attention.bias (the
+# CausalBias helpers) takes seconds to import, too long for arming, so only the static reading refuses those.
 CAUSAL_MASKS = Group(
     "causal_masks",
     label="torch's causal mask helpers",
     torch_names=(),
     aten_ops=(),
+    python=("_generate_square_subsequent_mask",),
     modules=("causal_lower_right", "causal_upper_left", "CausalBias", "generate_square_subsequent_mask"),
+    labels={"_generate_square_subsequent_mask": "nn.Transformer.generate_square_subsequent_mask"},
+    by_name_only=("causal_lower_right", "causal_upper_left", "CausalBias"),
 )
 
 GROUPS = {g.name: g for g in (SOFTMAX, ATTENTION, MULTI_HEAD_ATTENTION, RECURRENT, LAYER_NORM, CROSS_ENTROPY, NLL_LOSS,
@@ -259,10 +268,12 @@ def idle_identity(names) -> list:
 
 
 def static_only(shortcut_names) -> list:
-    """Of the names the static reading refuses, those of groups the guard cannot switch off at run time (no ATen op,
-    no Python implementation: chapter 05's mask helpers compute with ordinary tensor operations)."""
+    """Of the names the static reading refuses, those the guard cannot switch off at run time: every name of a group
+    with no ATen op and no Python implementation, and a group's by_name_only names (chapter 05's CausalBias helpers
+    compute with ordinary tensor operations in a module too costly to load at arming)."""
     shortcut_names = set(shortcut_names)
-    return sorted({n for g in GROUPS.values() if not (g.aten_ops or g.python) for n in g.static() if n in shortcut_names})
+    return sorted({n for g in GROUPS.values() for n in g.static()
+                   if n in shortcut_names and (not (g.aten_ops or g.python) or n in g.by_name_only)})
 
 
 def enforced_at_run_time(forbidden, shortcut_names) -> bool:
