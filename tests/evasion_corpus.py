@@ -655,15 +655,6 @@ PACKS.update({
 # Routes the guard does not block yet (found by this corpus): {pack: {grade_id: why}}. tests/test_evasion_batch.py
 # checks that each still earns its points, so closing one fails that test until the entry is removed here.
 OPEN_GAPS = {
-    "ch05-causal-mask-helper-alias": {
-        "causal_mask": (
-            "chapter 05 forbids torch's causal mask helpers by the static reading alone: its guard switches off "
-            "attention and multi-head attention only (autograder/checks/ch05_masks.py's FORBIDDEN has no causal_masks), "
-            "so nn.Transformer.generate_square_subsequent_mask aliased in a helper cell, which the static reading of the "
-            "exercise does not read, earns the points. Adding causal_masks to chapter 05's FORBIDDEN would switch off the "
-            "private helper behind it there, as in chapter 09 (torch.nn.attention.bias's CausalBias helpers stay refused "
-            "by name: that module takes seconds to import at arming)."),
-    },
 }
 
 

@@ -24,7 +24,7 @@ CHAPTERS = {
     "ch02_qkv_attention": (("softmax", "attention", "multi_head_attention"),) * 2,
     "ch03_worked_examples": (("softmax", "attention", "multi_head_attention"),) * 2,
     "ch04_multi_head": (("softmax", "attention", "multi_head_attention"),) * 2,
-    "ch05_masks": (("attention", "multi_head_attention"), ("attention", "multi_head_attention", "causal_masks")),
+    "ch05_masks": (("attention", "multi_head_attention", "causal_masks"), ("attention", "multi_head_attention", "causal_masks")),
 }
 GROUPS = list(builtins.GROUPS.values())
 

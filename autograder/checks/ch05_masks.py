@@ -203,7 +203,10 @@ ERROR_HINTS = {
 
 # --- Hidden checks --------------------------------------------------------------------------------
 
-FORBIDDEN = builtins.forbidden("attention", "multi_head_attention")
+# torch's causal mask helpers too: the guard switches off the private helper behind
+# nn.Transformer.generate_square_subsequent_mask (the static reading refuses every helper by name, SHORTCUT_NAMES);
+# the causal mask builders' checks carry this set (the guard arms the union of a notebook's sets anyway).
+FORBIDDEN = builtins.forbidden("attention", "multi_head_attention", "causal_masks")
 
 
 def _mask_words(expected_dtype, got_dtype):
@@ -226,10 +229,10 @@ def _bool_outputs(function, callees=()):
     return extra
 
 
-def _mask_check(reference, cases_fn, mistakes, error_hints, callees=()):
+def _mask_check(reference, cases_fn, mistakes, error_hints, callees=(), forbidden=None):
     """A hidden check of a mask builder: each case once on the grading device (no float dtype to vary; `Dev()`
     arguments become that device), then once on 'meta'; a mask that is not boolean gets its own message."""
-    return function_check(reference, cases_fn, ("mask",), mistakes, error_hints, callees=callees, dtypes=None,
+    return function_check(reference, cases_fn, ("mask",), mistakes, error_hints, forbidden, callees=callees, dtypes=None,
                           extra=_bool_outputs(reference.__name__, callees))
 
 
@@ -345,7 +348,8 @@ _attention_check = function_check(
 _attention_check.plan = _without_float32_of_float64_only_cases(_attention_check.plan)
 
 CHECKS = {
-    "causal_mask_hidden": _mask_check(ref.causal_mask, _causal_cases, CAUSAL_MISTAKES, ERROR_HINTS["causal_mask"]),
+    "causal_mask_hidden": _mask_check(ref.causal_mask, _causal_cases, CAUSAL_MISTAKES, ERROR_HINTS["causal_mask"],
+                                      forbidden=FORBIDDEN),
     "padding_mask_hidden": _mask_check(ref.padding_mask, _padding_cases, PADDING_MISTAKES, ERROR_HINTS["padding_mask"]),
     "combine_masks_hidden": _mask_check(ref.combine_masks, _combine_cases, COMBINE_MISTAKES, ERROR_HINTS["combine_masks"]),
     "masked_attention_hidden": _attention_check,
@@ -356,7 +360,8 @@ CHECKS = {
     # Built from the learner's own causal_mask (e.g. causal_mask(k_len, device)[k_len - q_len:]), a correct
     # causal_mask_bottom_right keeps its points when causal_mask is wrong: that mistake costs points in exercise 1 only.
     "causal_mask_bottom_right_hidden": _mask_check(ref.causal_mask_bottom_right, _bottom_right_cases, BOTTOM_RIGHT_MISTAKES,
-                                                   ERROR_HINTS["causal_mask_bottom_right"], callees=("causal_mask",)),
+                                                   ERROR_HINTS["causal_mask_bottom_right"], callees=("causal_mask",),
+                                                   forbidden=FORBIDDEN),
 }
 
 # look_ahead and causal_self_attention come from the notebook (its read-only cell); run in-process without them, from solutions/.
