@@ -275,3 +275,47 @@ def held_out_accuracy(model: nn.Module, n: int, generator: torch.Generator, min_
     """Exact-match accuracy of greedy decoding on n fresh held-out sources of min_len..max_len digits."""
     src, tgt, lengths = make_batch(n, generator, min_len, max_len, split="held_out")
     return exact_match(model, src, tgt, lengths, decode).float().mean().item()
+
+
+# --- The grader's driver ----------------------------------------------------------------------------------------
+
+LEAK_POSITION = 4  # the leakage probe changes decoder input position 4 and watches positions 0..3
+
+
+@torch.no_grad()
+def _leakage(model: nn.Module, src: Tensor, tgt: Tensor, lengths: Tensor) -> Tensor:
+    """Max |change| of the logits at decoder positions < LEAK_POSITION when decoder input LEAK_POSITION changes
+    (0 for a causal decoder). src (n, Ts), tgt (n, Ts + 2) with every length > LEAK_POSITION."""
+    was_training = model.training
+    model.eval()
+    src_mask = padding_mask(lengths, src.size(1))  # (n, 1, 1, Ts)
+    dec_in = tgt[:, :-1]  # (n, T)
+    changed = dec_in.clone()
+    changed[:, LEAK_POSITION] = 3 + (changed[:, LEAK_POSITION] - 3 + 1) % N_DIGITS  # another digit there
+    before = model(src, dec_in, src_mask)[:, :LEAK_POSITION]  # (n, LEAK_POSITION, V)
+    after = model(src, changed, src_mask)[:, :LEAK_POSITION]
+    model.train(was_training)
+    return (after - before).abs().max().double()  # () float64
+
+
+def learning_run(model_class, train_fn, decode_fn, seed: int, budget: int, probe_src: Tensor, probe_tgt: Tensor,
+                 probe_lengths: Tensor, src: Tensor, lengths: Tensor):
+    """What the grader runs (in the sandbox, in the learner's notebook): build model_class() after
+    torch.manual_seed(seed); the leakage probe on the untrained model; unless it leaks, train_fn(model, budget,
+    torch.Generator().manual_seed(seed)); then decode_fn the held-out sources src (n, Ts) twice.
+
+    Returns (leak () float64, losses (steps,) float64, first (n, k), second (n, k)): raw values, judged outside.
+    A leaking decoder is not trained (losses empty, both decodings empty): it fails on the probe alone, cheaply.
+    """
+    torch.manual_seed(seed)
+    model = model_class()
+    leak = _leakage(model, probe_src, probe_tgt, probe_lengths)
+    if leak > 1e-5:
+        empty = torch.zeros(0, 0, dtype=torch.long)
+        return leak, torch.zeros(0, dtype=torch.float64), empty, empty
+    losses = train_fn(model, budget, torch.Generator().manual_seed(seed))
+    losses = torch.as_tensor([float(x) for x in losses], dtype=torch.float64)  # (steps,)
+    src_mask = padding_mask(lengths, src.size(1))  # (n, 1, 1, Ts)
+    first = decode_fn(model, src, src.size(1) + 1, BOS, EOS, src_mask, PAD)  # (n, 1 + steps)
+    second = decode_fn(model, src, src.size(1) + 1, BOS, EOS, src_mask, PAD)
+    return leak, losses, first, second

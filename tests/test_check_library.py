@@ -971,3 +971,19 @@ def test_visible_meta_check_does_not_swallow_a_refused_device_argument():
     expect_meta(table, 2, 3, device=torch.device("meta"), shape=(2, 3), what="table(2, 3, device='meta')")
     with pytest.raises(AssertionError, match="(?s)unexpected keyword argument 'device'.*Keep the signature"):
         expect_meta(table_without_device, 2, 3, device=torch.device("meta"), shape=(2, 3), what="table(2, 3, device='meta')")
+
+
+def test_a_call_can_run_without_the_observers_of_forbidden_built_ins():
+    """Call.observe=False (a call that trains a model: chapter 10's learning check) installs no observer, so no use is
+    recorded; by default both observers record the use."""
+    def uses_softmax(x):
+        return torch.softmax(x, dim=-1)
+
+    x = torch.zeros(2, 3)
+    specs, arrays = checks.encode_calls([checks.Call("observed", (x,), {}, "cpu", None),
+                                         checks.Call("not observed", (x,), {}, "cpu", None, observe=False)])
+    observed = checks.runner.run_call(uses_softmax, specs[0], arrays, ("softmax",), namespace={})
+    unobserved = checks.runner.run_call(uses_softmax, specs[1], arrays, ("softmax",), namespace={})
+    assert observed["ok"] and observed["forbidden"] == ["softmax"], observed
+    assert unobserved["ok"] and unobserved["forbidden"] == [], unobserved
+    assert "observe" not in specs[0] and specs[1]["observe"] is False  # what goes to the sandbox
