@@ -191,14 +191,9 @@ def warmup_lr(step: int, total_steps: int, peak_lr: float = PEAK_LR, warmup: int
     return peak_lr * min(step / warmup, (total_steps - step + 1) / max(total_steps - warmup + 1, 1))
 
 
-def make_optimizer(model: nn.Module, total_steps: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """Adam (betas 0.9, 0.98, as the paper) and the warm-up schedule of a run of total_steps steps. LambdaLR calls
-    its function with 0, 1, ... (the number of scheduler.step() calls so far): optimizer step s + 1 uses
-    warmup_lr(s + 1, total_steps). Calling scheduler.step() after the last step asks for the rate of a step past
-    the end: it is clamped to the last one."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_lr(min(s + 1, total_steps), total_steps))
-    return optimizer, scheduler
+def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
+    """Adam with the paper's betas (0.9, 0.98) and eps 1e-9; train_step sets its learning rate at every step."""
+    return torch.optim.Adam(model.parameters(), lr=PEAK_LR, betas=(0.9, 0.98), eps=1e-9)
 
 
 def sequence_loss(logits: Tensor, labels: Tensor, eps: float = LABEL_SMOOTHING) -> Tensor:
@@ -210,43 +205,44 @@ def sequence_loss(logits: Tensor, labels: Tensor, eps: float = LABEL_SMOOTHING) 
 def train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    scheduler,
     src: Tensor,
     tgt: Tensor,
     lengths: Tensor,
-) -> float:
-    """One optimisation step on one batch; returns the loss before the update.
+    lr: float,
+) -> Tensor:
+    """One optimisation step on one batch at learning rate lr; returns the loss before the update (0-dim, detached).
 
     src (B, Ts), tgt (B, Ts + 2) = <s> reversed </s> padded, lengths (B,) from make_batch. Teacher forcing: the
-    decoder input is tgt[:, :-1] (shifted right, starts with <s>), the labels are tgt[:, 1:]. Then zero_grad,
-    backward, clip the gradient norm to CLIP_NORM, optimizer.step(), scheduler.step() (the next step's rate).
+    decoder input is tgt[:, :-1] (shifted right, starts with <s>), the labels are tgt[:, 1:]. Then set the
+    optimizer's rate to lr, zero_grad, backward, clip the gradient norm to CLIP_NORM, optimizer.step().
     """
     model.train()
     src_mask = padding_mask(lengths, src.size(1))  # (B, 1, 1, Ts) True = real digit
     dec_in, labels = tgt[:, :-1], tgt[:, 1:]  # (B, T - 1) each
     logits = model(src, dec_in, src_mask)  # (B, T - 1, VOCAB)
     loss = sequence_loss(logits, labels)
+    for group in optimizer.param_groups:  # the schedule's rate for this step
+        group["lr"] = lr
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
     optimizer.step()
-    scheduler.step()
-    return loss.item()
+    return loss.detach()
 
 
 def train(model: nn.Module, budget: int, generator: torch.Generator, log_every: int = 0) -> list[float]:
     """Train `model` on `budget` training sequences (budget // BATCH_SIZE steps of BATCH_SIZE fresh sequences from
-    make_batch(split="train") with `generator`). Returns the loss of every step. Leaves the model in eval() mode.
-    log_every > 0: print the step, the loss (mean of the last log_every steps) every log_every steps."""
+    make_batch(split="train") with `generator`), step s at warmup_lr(s, steps). Returns the loss of every step.
+    Leaves the model in eval() mode. log_every > 0: print the step and the mean loss every log_every steps."""
     n_steps = budget // BATCH_SIZE
-    optimizer, scheduler = make_optimizer(model, n_steps)
+    optimizer = make_optimizer(model)
     losses = []
-    for step in range(n_steps):
+    for step in range(1, n_steps + 1):
         src, tgt, lengths = make_batch(BATCH_SIZE, generator)
-        losses.append(train_step(model, optimizer, scheduler, src, tgt, lengths))
-        if log_every and (step + 1) % log_every == 0:
+        losses.append(train_step(model, optimizer, src, tgt, lengths, warmup_lr(step, n_steps)).item())
+        if log_every and step % log_every == 0:
             recent = losses[-log_every:]
-            print(f"step {step + 1:5d}  loss {sum(recent) / len(recent):.3f}  lr {scheduler.get_last_lr()[0]:.2e}")
+            print(f"step {step:5d}  loss {sum(recent) / len(recent):.3f}  lr {warmup_lr(step, n_steps):.2e}")
     model.eval()
     return losses
 

@@ -122,3 +122,37 @@ def test_a_model_left_in_train_mode_at_evaluation_is_named(small_budget):
     # The same model and decoding, evaluated in eval() mode, is not told that.
     message = _failure(CapstoneTransformer=dropout_model, greedy_decode=greedy_decode)
     assert message is None or checks.TRAIN_MODE not in message, message
+
+
+# --- One training step, by value ----------------------------------------------------------------------------------
+
+
+def _step_failure(fn, seed=SEED):
+    try:
+        run_local(checks.STEP, fn, seed=seed, device="cpu", namespace={**vars(ref)})
+    except AssertionError as failure:
+        return str(failure)
+    return None
+
+
+def test_the_reference_step_passes_and_each_step_mistake_is_named():
+    assert _step_failure(ref.train_step) is None
+    for name, wrong in checks.STEP_MISTAKES.items():
+        message = _step_failure(wrong)
+        assert message is not None and name.split(":")[0] in message, (name, message)
+
+
+def test_the_sgd_case_needs_clipping():
+    """The SGD case's gradient is larger than CLIP_NORM, so clipping changes its step (what the mistake shows)."""
+    for case in checks._step_cases(SEED):
+        model_arg, optim, src, tgt, lengths, lr = case.args
+        if optim.name != "SGD":
+            continue
+        model = ref.CapstoneTransformer(**model_arg.init).double()
+        model.load_state_dict(model_arg.state, strict=False)
+        mask = padding_mask(lengths, src.size(1))
+        ref.sequence_loss(model(src, tgt[:, :-1], mask), tgt[:, 1:]).backward()
+        norm = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))
+        assert norm > 1.5 * ref.CLIP_NORM, norm
+        return
+    raise AssertionError("no SGD case")

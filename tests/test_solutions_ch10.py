@@ -131,15 +131,6 @@ def test_the_warm_up_schedule_rises_to_its_peak_then_falls_linearly():
     assert steps_down == pytest.approx([steps_down[0]] * len(steps_down)) and steps_down[0] > 0  # linear decay
     with pytest.raises(ValueError):
         ref.warmup_lr(0, total)
-    total = ref.WARMUP + 2
-    optimizer, scheduler = ref.make_optimizer(small_model(dtype=torch.float32), total)
-    seen = []
-    for _ in range(total + 1):  # one call past the end: the rate stays at the last step's
-        seen.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()  # no gradients yet: changes nothing, keeps PyTorch's order (optimizer, then scheduler)
-        scheduler.step()
-    expected = [ref.warmup_lr(s, total) for s in range(1, total + 1)] + [ref.warmup_lr(total, total)]
-    assert seen == pytest.approx(expected)
 
 
 def test_one_training_step_uses_shifted_targets_smoothing_no_padding_and_clipping():
@@ -151,15 +142,16 @@ def test_one_training_step_uses_shifted_targets_smoothing_no_padding_and_clippin
     keep = labels != ref.PAD
     expected = F.cross_entropy(logits[keep], labels[keep], label_smoothing=ref.LABEL_SMOOTHING)  # real labels only
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    optimizer, scheduler = ref.make_optimizer(model, 10 * ref.WARMUP)
-    loss = ref.train_step(model, optimizer, scheduler, src, tgt, lengths)
-    assert loss == pytest.approx(expected.item(), abs=1e-12)
+    optimizer = ref.make_optimizer(model)
+    loss = ref.train_step(model, optimizer, src, tgt, lengths, lr=1e-3)
+    assert loss.shape == () and not loss.requires_grad
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-12)
     assert model.training  # train_step trains
     # The clipped gradient is what Adam saw: its first step moves every weight by about lr (Adam's step is
-    # lr * m / sqrt(v) = lr * sign(g) at step 1), whatever the gradient's size.
+    # lr * m / sqrt(v) = lr * sign(g) at step 1), whatever the gradient's size; the rate is the one given.
     moved = {n: (p.detach() - before[n]).abs().max().item() for n, p in model.named_parameters()}
-    assert max(moved.values()) == pytest.approx(ref.warmup_lr(1, 10 * ref.WARMUP), rel=1e-6)
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(ref.warmup_lr(2, 10 * ref.WARMUP))
+    assert max(moved.values()) == pytest.approx(1e-3, rel=1e-6)
+    assert optimizer.param_groups[0]["lr"] == 1e-3
     grad_norm = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters())).item()
     assert grad_norm == pytest.approx(ref.CLIP_NORM, rel=1e-6)  # clipped: ...
     model.zero_grad()

@@ -15,15 +15,23 @@ with the learner's greedy_decode. Outside, the judge reads the raw results and d
    the message gives the accuracy and the likely cause the losses suggest.
 The budget is a number of training sequences (BUDGET), never seconds: the grade does not depend on the machine.
 
-Still to come (issue 28, part 3): the module check of the assembled model and the one-step check (chapter 08's
-kinds), the partial-credit scale (the library grades a check all or nothing), the notebook, the per-chapter
+The one-step check (STEP): the learner's train_step(model, optimizer, src, tgt, lengths, lr) on a small
+CapstoneTransformer with grader-set weights (autograder.checks.cases.Model, state_after=True) and Adam
+(cases.Optim), by value: the loss and every parameter after the step. Targets not shifted, padding counted in the
+loss and a step without gradient clipping are named.
+
+Still to come (issue 28, part 3): the module check of the assembled model, the partial-credit scale (the library grades a check all or nothing), the notebook, the per-chapter
 time limit for this cell, and the GPU path (the driver builds the model on the CPU).
 """
 
 import torch
 
-from autograder.checks import Call, Check, Fn, builtins, generator, outcome
+import torch.nn.functional as F
+
+from autograder.checks import Call, Case, Check, Fn, Optim, builtins, function_check, generator, grader_weights, outcome
+from autograder.checks.cases import Model
 from solutions import ch10_capstone as ref
+from solutions.ch05_masks import padding_mask
 
 FORBIDDEN = builtins.forbidden("transformer_layers", "multi_head_attention")
 
@@ -126,3 +134,55 @@ def _judge_learning(calls, records, function="learning_run"):
 
 LEARNING = Check("learning_run", _learning_plan, _judge_learning, FORBIDDEN, categories=("learning",),
                  given={"learning_run": ref.learning_run})
+
+
+# --- One training step, by value -----------------------------------------------------------------------------------
+
+STEP_INIT = {"d_model": 16, "n_heads": 4, "d_ff": 32, "n_layers": 1}  # small: judged by value (47 parameters + the loss: within runner.MAX_ITEMS)
+STEP_PARAMETERS = tuple(name for name, _ in ref.CapstoneTransformer(**STEP_INIT).named_parameters())
+
+
+def _step_with(labels_of, ignore_index=ref.PAD, clip=True):
+    """The reference's train_step with one mistake: labels_of(tgt) as the labels, another ignore_index, no clipping."""
+    def train_step(model, optimizer, src, tgt, lengths, lr):
+        model.train()
+        logits = model(src, tgt[:, :-1], padding_mask(lengths, src.size(1)))
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels_of(tgt).reshape(-1), ignore_index=ignore_index,
+                               label_smoothing=ref.LABEL_SMOOTHING)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.zero_grad()
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), ref.CLIP_NORM)
+        optimizer.step()
+        return loss.detach()
+    return train_step
+
+
+STEP_MISTAKES = {
+    "targets not shifted: the labels must be tgt[:, 1:] for the decoder input tgt[:, :-1]": _step_with(lambda t: t[:, :-1]),
+    "padding counted in the loss: leave the PAD labels out (ignore_index=PAD)": _step_with(lambda t: t[:, 1:], ignore_index=-100),
+    "no gradient clipping: clip the gradient norm to CLIP_NORM before optimizer.step()": _step_with(lambda t: t[:, 1:], clip=False),
+}
+
+
+def _step_cases(seed):
+    g = generator(seed, "train_step#cases")
+    cases = []
+    # Adam, as in training; and SGD, whose step is proportional to the gradient: Adam's first step is not (it divides
+    # by the gradient's own size), so only the SGD case shows whether the gradient was clipped.
+    for n, lr, optimizer in ((6, 1e-3, "Adam"), (4, 0.1, "SGD")):
+        state = grader_weights(ref.CapstoneTransformer(**STEP_INIT), g)
+        if optimizer == "SGD":  # a larger (tied) embedding: larger logits, a gradient norm well above CLIP_NORM
+            state["embed.weight"] = state["embed.weight"] * 16
+        src, tgt, lengths = ref.make_batch(n, g)
+        cases.append(Case(f"CapstoneTransformer{tuple(STEP_INIT.values())} with the grader's weights, {n} sequences "
+                          f"of {lengths.min().item()}-{lengths.max().item()} digits padded to {src.size(1)}, {optimizer}, lr {lr}",
+                          (Model("CapstoneTransformer", STEP_INIT, state, train=True, state_after=True),
+                           Optim(optimizer, {"lr": 1.0}), src, tgt, lengths, lr), {}))
+    return cases
+
+
+STEP = function_check(ref.train_step, _step_cases, ("loss",) + STEP_PARAMETERS, STEP_MISTAKES, {}, FORBIDDEN, meta=False,
+                      categories=("values", "shape", "dtype", "device"))
