@@ -1220,3 +1220,18 @@ def test_the_visible_exact_comparison_refuses_a_float_or_a_tensor_where_an_int_i
             expect_equal(wrong, 12, "a count")
     with pytest.raises(CheckFailed):
         expect_equal(1, True, "a flag")  # a bool is expected: an int is not one
+
+def test_a_call_can_run_without_the_observers_of_forbidden_built_ins():
+    """Call.observe=False (a call that trains a model: chapter 10's learning check) installs no observer, so no use is
+    recorded; by default both observers record the use."""
+    def uses_softmax(x):
+        return torch.softmax(x, dim=-1)
+
+    x = torch.zeros(2, 3)
+    specs, arrays = checks.encode_calls([checks.Call("observed", (x,), {}, "cpu", None),
+                                         checks.Call("not observed", (x,), {}, "cpu", None, observe=False)])
+    observed = checks.runner.run_call(uses_softmax, specs[0], arrays, ("softmax",), namespace={})
+    unobserved = checks.runner.run_call(uses_softmax, specs[1], arrays, ("softmax",), namespace={})
+    assert observed["ok"] and observed["forbidden"] == ["softmax"], observed
+    assert unobserved["ok"] and unobserved["forbidden"] == [], unobserved
+    assert "observe" not in specs[0] and specs[1]["observe"] is False  # what goes to the sandbox

@@ -199,6 +199,10 @@ class Call:
     # Dropout drawn by the grader (runner.seeded_dropout) from this seed, the same for the learner and the
     # reference: train()-mode calls compare where dropout sits. None: the built-in dropout.
     dropout_seed: int | None = None
+    # False: the call runs without the observers of forbidden built-ins (a function mode and a dispatch mode on every
+    # op), for a call that trains a model (chapter 10's learning check): the observers make a training run tens of
+    # times slower. The sandbox's guard still switches the built-ins off; the notebook's other checks observe.
+    observe: bool = True
 
     def updates_model(self) -> bool:
         """Does a Model argument of this call ask for its parameters after the call (a training step)? Such a

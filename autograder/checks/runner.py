@@ -219,6 +219,16 @@ def moved_off_meta(func, args, kwargs):
     return torch.zeros(args[0].shape, dtype=dtype or args[0].dtype, device=target)
 
 
+class _NoObserver:
+    """Stands in for an observer of the forbidden built-ins when a call asks for none (Call.observe=False)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def _forbidden_modes(names, active=None, meta=False):
     """Two observers of the forbidden built-ins: a torch function mode (Python-level calls such as
     torch.softmax, F.scaled_dot_product_attention) and a dispatch mode (ATen ops such as aten._softmax,
@@ -630,6 +640,8 @@ def run_call(fn, call, arrays, forbidden=(), namespace=None, callees=()):
     patched, log, methods = {}, [], []
     active = []  # the learner's callees running now (their forbidden built-ins are theirs, not the caller's)
     observe_fn, observe_aten, seen, mixed = _forbidden_modes(set(forbidden), active, meta=device == "meta")
+    if call.get("observe") is False:  # a training run (Call.observe): the guard alone stands for the built-ins
+        observe_fn = observe_aten = _NoObserver()
     start = time.perf_counter()
     try:
         args = [decode_arg(a, arrays, device, namespace) for a in call["args"]]

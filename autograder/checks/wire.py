@@ -61,6 +61,8 @@ def encode_calls(calls):
             entry["grad_wrt"], entry["grad_seed"] = list(c.grad_wrt), c.grad_seed
         if c.dropout_seed is not None:
             entry["dropout_seed"] = int(c.dropout_seed)
+        if not c.observe:
+            entry["observe"] = False
         if c.module is not None:
             entry["module"] = {
                 "init": {k: spec(v, "cpu") for k, v in c.module["init"].items()},

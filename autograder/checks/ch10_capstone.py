@@ -1,0 +1,188 @@
+"""Checks for chapter 10-capstone (work in progress: not yet in the registry, no notebook yet).
+
+The learning check (LEARNING): the grader draws, from the grading seed, a probe batch and EVAL_N held-out sources
+(solutions.ch10_capstone's hash split: no make_batch(split="train") ever yields one). In the sandbox the
+course-given driver `learning_run` (a read-only cell of the notebook) builds the learner's CapstoneTransformer()
+after torch.manual_seed(seed), runs the leakage probe on it, trains it with the learner's
+train(model, BUDGET, torch.Generator().manual_seed(seed)) unless it leaks, and decodes the held-out sources twice
+with the learner's greedy_decode. Outside, the judge reads the raw results and decides:
+1. leakage (a later decoder input changes an earlier output): "decoder without a causal mask", judged on the
+   untrained model, before and instead of any training (a leaking notebook costs a second, not a training run);
+2. losses that are not finite or that end higher than they started: divergence, "no warm-up with a large
+   learning rate" named as the likely cause;
+3. two decodings of the same sources that differ: "the model left in train() mode at evaluation" (dropout on);
+4. exact match of the first decoding against the targets, computed here; the pass mark is PASS_MARK. Below it
+   the message gives the accuracy and the likely cause the losses suggest.
+The budget is a number of training sequences (BUDGET), never seconds: the grade does not depend on the machine.
+
+The one-step check (STEP): the learner's train_step(model, optimizer, src, tgt, lengths, lr) on a small
+CapstoneTransformer with grader-set weights (autograder.checks.cases.Model, state_after=True) and Adam
+(cases.Optim), by value: the loss and every parameter after the step. Targets not shifted, padding counted in the
+loss and a step without gradient clipping are named.
+
+Still to come (issue 28, part 3): the module check of the assembled model, the partial-credit scale (the library grades a check all or nothing), the notebook, the per-chapter
+time limit for this cell, and the GPU path (the driver builds the model on the CPU).
+"""
+
+import torch
+
+import torch.nn.functional as F
+
+from autograder.checks import Call, Case, Check, Fn, Optim, builtins, function_check, generator, grader_weights, outcome
+from autograder.checks.cases import Model
+from solutions import ch10_capstone as ref
+from solutions.ch05_masks import padding_mask
+
+FORBIDDEN = builtins.forbidden("transformer_layers", "multi_head_attention")
+
+EVAL_N = 500  # held-out sources decoded per grading
+PROBE_N = 8  # sources of the leakage probe (all longer than ref.LEAK_POSITION)
+PASS_MARK = 0.97
+LEAK_TOL = 1e-5  # a causal decoder changes nothing (exactly 0 on the CPU); float32 rounding stays far below this
+
+NO_CAUSAL_MASK = "decoder without a causal mask"
+DIVERGED = "the training diverged"
+TRAIN_MODE = "the model is left in train() mode at evaluation"
+BELOW_PASS_MARK = "below the pass mark"
+
+
+def _inputs(seed: int):
+    """The grader's draws for a seed: the probe batch, then the held-out sources (src, tgt, lengths each)."""
+    g = generator(seed, "learning")
+    probe = ref.make_batch(PROBE_N, g, ref.LEAK_POSITION + 1, ref.MAX_LEN)
+    held_out = ref.make_batch(EVAL_N, g, split="held_out")
+    return probe, held_out
+
+
+def _learning_plan(seed, device):
+    (p_src, p_tgt, p_len), (src, _, lengths) = _inputs(seed)
+    label = f"training with the grading seed {seed} on {ref.BUDGET:,} sequences, then {EVAL_N} held-out sources"
+    args = (Fn("CapstoneTransformer"), Fn("train"), Fn("greedy_decode"), seed, ref.BUDGET, p_src, p_tgt, p_len, src, lengths)
+    return [Call(label, args, {}, device, None, observe=False)]  # observers: see Call.observe
+
+
+def _values(returned, what):
+    values = getattr(returned, "values", None)
+    if not isinstance(values, torch.Tensor):
+        raise AssertionError(f"learning_run: {what} could not be read back from the notebook.")
+    return values
+
+
+def _loss_floor(eps: float = ref.LABEL_SMOOTHING, vocab: int = ref.VOCAB) -> float:
+    """The smallest label-smoothed cross-entropy (the entropy of the smoothed target): a perfect model's loss."""
+    hit, miss = 1 - eps + eps / vocab, eps / vocab
+    return -(hit * torch.log(torch.tensor(hit)) + (vocab - 1) * miss * torch.log(torch.tensor(miss))).item()
+
+
+def _likely_cause(losses: torch.Tensor) -> str:
+    """What the loss curve of a run below the pass mark suggests."""
+    n = max(1, min(50, losses.numel() // 4))
+    first, last = losses[:n].mean().item(), losses[-n:].mean().item()
+    if last < _loss_floor() + 0.05:
+        return (f" Yet the training loss reached {last:.3f}, the floor of the label-smoothed loss: the model learned what "
+                "it was trained on, which is not the task. The usual cause: labels that are not the decoder input shifted "
+                "by one (the input is tgt[:, :-1], the labels tgt[:, 1:]; with the same tokens as input and label the "
+                "model only learns to copy its input). Check also that greedy_decode feeds back its own tokens.")
+    if last > 0.8 * first:
+        return (f" The loss hardly fell ({first:.3f} over the first {n} steps, {last:.3f} over the last {n}): a learning "
+                "rate too large without warm-up is the usual cause (the first Adam steps, on poor estimates of the "
+                "gradient's scale, throw the model far off), or the optimizer never steps.")
+    return (f" The loss fell ({first:.3f} -> {last:.3f}) but not far enough: train on the whole budget, and check the "
+            "learning-rate schedule (warm-up, then decay) and that padding is left out of the loss.")
+
+
+def _judge_learning(calls, records, function="learning_run"):
+    call = calls[0]
+    out = outcome(records[0], "train", call.label, {}, FORBIDDEN)
+    if len(out) != 4:
+        raise AssertionError("learning_run returned something else than (leak, losses, first, second): "
+                             "its read-only cell was changed; run the notebook as handed out.")
+    leak, losses, first, second = (_values(o, what) for o, what in zip(out, ("the leakage probe", "the losses",
+                                                                                "the decoding", "the second decoding")))
+    leak = float(leak.double().reshape(-1)[0]) if leak.numel() else float("nan")
+    if not leak <= LEAK_TOL:
+        raise AssertionError(
+            f"{NO_CAUSAL_MASK}: changing decoder input {ref.LEAK_POSITION} changed the outputs at the positions before "
+            f"it by up to {leak:.2g}. In training each position can then read the very token it must predict (the "
+            "loss falls fast), and greedy decoding, which has no future tokens, fails. Pass causal_mask(Tt) to the "
+            "decoder's self-attention. (Found on the untrained model: it was not trained.)")
+    losses = losses.double().reshape(-1)
+    if losses.numel() == 0:
+        raise AssertionError("train returned no losses: return the list of the training steps' losses.")
+    if not torch.isfinite(losses).all():
+        step = int((~torch.isfinite(losses)).nonzero()[0]) + 1
+        raise AssertionError(f"{DIVERGED}: the loss is not finite from step {step} on. A learning rate too large "
+                             "without warm-up is the usual cause; clipping the gradient norm helps too.")
+    n = max(1, min(50, losses.numel() // 4))
+    if losses[-n:].mean() > losses[:n].mean():
+        raise AssertionError(f"{DIVERGED}: the loss rose from {losses[:n].mean():.3f} (first {n} steps) to "
+                             f"{losses[-n:].mean():.3f} (last {n}). A learning rate too large without warm-up is the "
+                             "usual cause.")
+    if first.shape != second.shape or not torch.equal(first, second):
+        raise AssertionError(f"{TRAIN_MODE}: two greedy decodings of the same sources differ, so dropout is still "
+                             "on. Call model.eval() before decoding (greedy_decode can do it, and restore the mode).")
+    _, (src, tgt, lengths) = _inputs(int(call.args[3]))
+    if first.dim() != 2 or first.size(0) != src.size(0):
+        raise AssertionError(f"greedy_decode returned shape {tuple(first.shape)} for {src.size(0)} sources: expected "
+                             "(batch, 1 + generated tokens), column 0 being <s>.")
+    accuracy = ref.exact_match(None, src, tgt, lengths, decode=lambda *_: first.long()).float().mean().item()
+    if accuracy < PASS_MARK:
+        raise AssertionError(f"{BELOW_PASS_MARK}: {accuracy:.1%} of {src.size(0)} held-out sequences reversed exactly "
+                             f"(every digit and </s>) after training on the budget; the pass mark is {PASS_MARK:.0%}."
+                             + _likely_cause(losses))
+
+
+LEARNING = Check("learning_run", _learning_plan, _judge_learning, FORBIDDEN, categories=("learning",),
+                 given={"learning_run": ref.learning_run})
+
+
+# --- One training step, by value -----------------------------------------------------------------------------------
+
+STEP_INIT = {"d_model": 16, "n_heads": 4, "d_ff": 32, "n_layers": 1}  # small: judged by value (47 parameters + the loss: within runner.MAX_ITEMS)
+STEP_PARAMETERS = tuple(name for name, _ in ref.CapstoneTransformer(**STEP_INIT).named_parameters())
+
+
+def _step_with(labels_of, ignore_index=ref.PAD, clip=True):
+    """The reference's train_step with one mistake: labels_of(tgt) as the labels, another ignore_index, no clipping."""
+    def train_step(model, optimizer, src, tgt, lengths, lr):
+        model.train()
+        logits = model(src, tgt[:, :-1], padding_mask(lengths, src.size(1)))
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels_of(tgt).reshape(-1), ignore_index=ignore_index,
+                               label_smoothing=ref.LABEL_SMOOTHING)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.zero_grad()
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), ref.CLIP_NORM)
+        optimizer.step()
+        return loss.detach()
+    return train_step
+
+
+STEP_MISTAKES = {
+    "targets not shifted: the labels must be tgt[:, 1:] for the decoder input tgt[:, :-1]": _step_with(lambda t: t[:, :-1]),
+    "padding counted in the loss: leave the PAD labels out (ignore_index=PAD)": _step_with(lambda t: t[:, 1:], ignore_index=-100),
+    "no gradient clipping: clip the gradient norm to CLIP_NORM before optimizer.step()": _step_with(lambda t: t[:, 1:], clip=False),
+}
+
+
+def _step_cases(seed):
+    g = generator(seed, "train_step#cases")
+    cases = []
+    # Adam, as in training; and SGD, whose step is proportional to the gradient: Adam's first step is not (it divides
+    # by the gradient's own size), so only the SGD case shows whether the gradient was clipped.
+    for n, lr, optimizer in ((6, 1e-3, "Adam"), (4, 0.1, "SGD")):
+        state = grader_weights(ref.CapstoneTransformer(**STEP_INIT), g)
+        if optimizer == "SGD":  # a larger (tied) embedding: larger logits, a gradient norm well above CLIP_NORM
+            state["embed.weight"] = state["embed.weight"] * 16
+        src, tgt, lengths = ref.make_batch(n, g)
+        cases.append(Case(f"CapstoneTransformer{tuple(STEP_INIT.values())} with the grader's weights, {n} sequences "
+                          f"of {lengths.min().item()}-{lengths.max().item()} digits padded to {src.size(1)}, {optimizer}, lr {lr}",
+                          (Model("CapstoneTransformer", STEP_INIT, state, train=True, state_after=True),
+                           Optim(optimizer, {"lr": 1.0}), src, tgt, lengths, lr), {}))
+    return cases
+
+
+STEP = function_check(ref.train_step, _step_cases, ("loss",) + STEP_PARAMETERS, STEP_MISTAKES, {}, FORBIDDEN, meta=False,
+                      categories=("values", "shape", "dtype", "device"))
