@@ -1235,3 +1235,29 @@ def test_a_call_can_run_without_the_observers_of_forbidden_built_ins():
     assert observed["ok"] and observed["forbidden"] == ["softmax"], observed
     assert unobserved["ok"] and unobserved["forbidden"] == [], unobserved
     assert "observe" not in specs[0] and specs[1]["observe"] is False  # what goes to the sandbox
+
+
+def test_a_judges_partial_credit_becomes_part_of_the_cells_points():
+    """The grading path (notebook.judge, shared by `grade` and `check`) turns a judge's PartialCredit into that
+    fraction of the cell's points, with its message; a plain AssertionError still scores 0 and a pass all."""
+    import types
+
+    from autograder.checks import Check, PartialCredit
+    from autograder.grading import notebook
+
+    def verdict(outcome):
+        def judge(calls, records, function=None):
+            if outcome is not None:
+                raise outcome
+        return judge
+
+    cells = [{"index": 0, "kind": "probe", "probe": "learn", "source": "", "origin": "the graded check 'learn'", "learner": False}]
+    by_cell = {0: {"probe": {"calls": [{"ok": True}]}, "done": {"ok": True}}}
+    scores = {}
+    for name, outcome in (("part", PartialCredit(1 / 3, "below the pass mark")), ("fail", AssertionError("wrong")), ("pass", None)):
+        module = types.SimpleNamespace(CHECKS={"learn": Check(None, lambda seed, device: [], verdict(outcome))}, SHORTCUT_NAMES={})
+        [score] = notebook.judge(cells, by_cell, {}, {0: [types.SimpleNamespace(variable=None)]}, {}, module, {"learn": 6}, None)
+        scores[name] = (score.score, score.max_score, score.message)
+    assert scores["part"] == (2.0, 6, "below the pass mark"), scores
+    assert scores["fail"][:2] == (0.0, 6) and "wrong" in scores["fail"][2], scores
+    assert scores["pass"] == (6, 6, ""), scores

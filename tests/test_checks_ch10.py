@@ -156,3 +156,62 @@ def test_the_sgd_case_needs_clipping():
         assert norm > 1.5 * ref.CLIP_NORM, norm
         return
     raise AssertionError("no SGD case")
+
+
+# --- Partial credit ---------------------------------------------------------------------------------------------
+
+
+def test_partial_credit_follows_the_stated_scale():
+    assert [checks.credit(a) for a in (1.0, 0.97, 0.969, 0.90, 0.899, 0.70, 0.699, 0.0)] == \
+        [1.0, 1.0, 2 / 3, 2 / 3, 1 / 3, 1 / 3, 0.0, 0.0]
+
+
+def _accuracy_run(right: int, n: int = checks.EVAL_N):
+    """A learning run that returns the reference's decodings of the held-out sources with all but `right` rows
+    spoiled (their first digit changed): an accuracy of exactly right / n, judged as the grader judges it."""
+    def learning_run(model_class, train_fn, decode_fn, seed, budget, probe_src, probe_tgt, probe_lengths, src, lengths):
+        _, (_, tgt, _) = checks._inputs(seed)
+        first = tgt[:, : src.size(1) + 2].clone()
+        first[right:, 1] = 3 + (first[right:, 1] - 3 + 1) % ref.N_DIGITS
+        losses = torch.linspace(2.0, 0.5, 50, dtype=torch.float64)
+        return torch.zeros((), dtype=torch.float64), losses, first, first.clone()
+    return learning_run
+
+
+@pytest.mark.parametrize("right, fraction", [(checks.EVAL_N, None), (int(0.95 * checks.EVAL_N), 2 / 3),
+                                             (int(0.80 * checks.EVAL_N), 1 / 3), (int(0.5 * checks.EVAL_N), 0.0)])
+def test_the_learning_check_gives_the_partial_credit_of_the_accuracy(right, fraction):
+    """The judge gives all the points at the pass mark, a PartialCredit (an AssertionError: whatever knows nothing
+    of partial credit sees a failure) with the scale's fraction below it, and a plain failure below the scale."""
+    from autograder.checks import PartialCredit
+
+    run = _accuracy_run(right)
+    try:
+        run_local(checks.LEARNING, run, seed=SEED, device="cpu", namespace={**vars(ref), "learning_run": run})
+    except PartialCredit as part:
+        assert fraction and part.fraction == pytest.approx(fraction), (right, part.fraction)
+        assert checks.BELOW_PASS_MARK in str(part) and "Partial credit" in str(part)
+    except AssertionError as failure:
+        assert fraction == 0.0 and "Partial credit" not in str(failure) and "none below" in str(failure), str(failure)
+    else:
+        assert fraction is None, f"{right} right of {checks.EVAL_N} earned all the points"
+
+
+# --- The assembled model, by value ------------------------------------------------------------------------------
+
+
+def test_the_assembled_model_check_passes_the_reference_and_names_each_assembly_mistake():
+    run_local(checks.MODEL, ref.CapstoneTransformer, seed=SEED, device="cpu")
+    for description, wrong in checks.MODEL_MISTAKES.items():
+        with pytest.raises(AssertionError) as failure:
+            run_local(checks.MODEL, wrong, seed=SEED, device="cpu")
+        assert description in str(failure.value), (description, str(failure.value)[:500])
+
+
+def test_a_model_that_reads_padded_source_positions_fails_even_where_they_hold_pad():
+    """The second case puts digits in the padded positions; without the encoder's mask the first case alone (PAD
+    there) may not show it, the second does."""
+    cases = checks._model_cases(SEED)
+    src = cases[1].inputs[0]
+    assert (src != ref.PAD).all(), "the second case must have digits in its padded positions"
+    assert not cases[1].inputs[2].all(), "the second case must have padding to mask"

@@ -13,6 +13,7 @@ warm.
 """
 
 import json
+import threading
 
 import pytest
 
@@ -267,6 +268,45 @@ def test_a_lost_template_is_replaced_and_a_hung_notebook_ends_only_its_own(tmp_p
     warm.close_all()
 
 
+def test_a_chapters_longer_time_limit_is_served_by_the_same_warm_template(tmp_path):
+    """A chapter whose check trains a model asks for more time (its checks module's LIMITS): its notebook forks from
+    the same template as every other chapter's (the time limits are per job, not part of the template's key), gets
+    its own longer limit, and the next notebook is held to the run's limit again."""
+    import types
+
+    from autograder.grading import notebook, warm
+
+    limits, mode = sandbox.Limits(cell_seconds=1, notebook_seconds=20), sandbox.mode()
+    capstone = types.SimpleNamespace(__name__="capstone_checks", LIMITS={"cell_seconds": 8})
+    longer = notebook.chapter_limits(limits, capstone)
+    assert (longer.cell_seconds, longer.notebook_seconds, longer.memory_bytes) == (8, 20, limits.memory_bytes)
+    slow = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 2.5: pass\nprint('trained')"
+    first = warm.run_job(_job(tmp_path, "print(1)"), mode, limits)
+    assert (first.status, first.start) == ("finished", "warm"), first
+    template = next(t for t in warm._templates.values() if t.key == warm._key(mode, limits))
+    served = warm.run_job(_job(tmp_path, slow), mode, longer)
+    assert (served.status, served.start, _printed(served)) == ("finished", "warm", ["trained"]), served
+    assert template.alive() and warm._templates.get(threading.get_native_id()) is template  # the same template
+    held = warm.run_job(_job(tmp_path, slow), mode, limits)  # the run's own 1 s limit: the same cell times out
+    assert held.status == "timeout" and "1 s" in held.detail, held
+    warm.close_all()
+
+
+def test_a_chapter_can_raise_its_time_limits_but_nothing_else():
+    import types
+
+    from autograder.grading import notebook
+
+    limits = sandbox.Limits(cell_seconds=30, notebook_seconds=120)
+    plain = types.SimpleNamespace(__name__="plain")
+    assert notebook.chapter_limits(limits, plain) == limits
+    lower = types.SimpleNamespace(__name__="lower", LIMITS={"cell_seconds": 5, "notebook_seconds": 600})
+    assert (notebook.chapter_limits(limits, lower).cell_seconds, notebook.chapter_limits(limits, lower).notebook_seconds) == (30, 600)
+    memory = types.SimpleNamespace(__name__="memory", LIMITS={"memory_bytes": 2**40})
+    with pytest.raises(ValueError, match="memory_bytes"):
+        notebook.chapter_limits(limits, memory)
+
+
 # --- Hostile notebooks against the channels between sandboxes and the grader (issue 29) -------------------------
 # tests/isolation_corpus.py holds the class: attackers on the report channel, on what a child inherits and on the
 # kernel's shared objects, victims with secrets, a snoop, an accomplice that runs whatever was planted for it, and a
@@ -300,7 +340,14 @@ def _mode_unavailable(mode):
     return None
 
 
-@pytest.fixture(scope="module", params=list(corpus.MODES))
+# The suite grades the class in every warm mode (the template and its children are where a notebook could reach the
+# next one) and in one cold mode, the one with the most to drop (root, memory groups). A cold run differs from a
+# warm one only in how its sandbox starts: the same bubblewrap command and rlimits, without the template. The other
+# two cold modes (about 70 s each) are graded by `python scripts/isolation_attacks.py` (all six modes by default).
+SUITE_MODES = ("warm-root-groups", "warm-root-nogroups", "warm-unprivileged", "cold-root-groups")
+
+
+@pytest.fixture(scope="module", params=SUITE_MODES)
 def attacked_class(request):
     mode = request.param
     why = _mode_unavailable(mode)

@@ -42,7 +42,7 @@ from autograder.checks.cases import (
 )
 from autograder.checks.wire import ReportedDevice, Returned, Unreadable, decode_value, describe, encode_calls, to_tensors
 from autograder.checks.judge import (
-    MAX_REPLAYS, CalleeFault, NeedsReplay, call_float_rel, callee_blame, callee_faults, compose, composed, diagnose,
+    MAX_REPLAYS, CalleeFault, NeedsReplay, PartialCredit, call_float_rel, callee_blame, callee_faults, compose, composed, diagnose,
     diagnose_shapes, expected_gradients, explain_error, judge_calls, judge_with_replays, lost_precision, outcome,
     replay_round, replay_table, same_value,
 )
@@ -59,7 +59,7 @@ __all__ = [
     # wire
     "ReportedDevice", "Returned", "Unreadable", "decode_value", "describe", "encode_calls", "to_tensors",
     # judge
-    "MAX_REPLAYS", "CalleeFault", "NeedsReplay", "call_float_rel", "callee_blame", "callee_faults", "compose", "composed",
+    "MAX_REPLAYS", "PartialCredit", "CalleeFault", "NeedsReplay", "call_float_rel", "callee_blame", "callee_faults", "compose", "composed",
     "diagnose", "diagnose_shapes", "expected_gradients", "explain_error", "judge_calls", "judge_with_replays", "lost_precision",
     "outcome", "replay_round", "replay_table", "same_value",
     # kinds

@@ -20,15 +20,24 @@ CapstoneTransformer with grader-set weights (autograder.checks.cases.Model, stat
 (cases.Optim), by value: the loss and every parameter after the step. Targets not shifted, padding counted in the
 loss and a step without gradient clipping are named.
 
-Still to come (issue 28, part 3): the module check of the assembled model, the partial-credit scale (the library grades a check all or nothing), the notebook, the per-chapter
-time limit for this cell, and the GPU path (the driver builds the model on the CPU).
+Partial credit: below PASS_MARK the learning check gives a PartialCredit on CREDIT_SCALE (the grading path scores
+that fraction of the cell's points). Time: the chapter's LIMITS raise the sandbox's cell and notebook limits for a
+capstone notebook only (notebook.chapter_limits; the warm template serves it, the limits being per job).
+
+Still to come (issue 28): the module check of the assembled model, the exercise notebook (the chapter is not yet
+in autograder/source, so nothing grades it), and the GPU path (the driver builds the model on the CPU).
 """
 
 import torch
 
 import torch.nn.functional as F
 
-from autograder.checks import Call, Case, Check, Fn, Optim, builtins, function_check, generator, grader_weights, outcome
+import math
+
+from autograder.checks import (
+    Call, Case, Check, Fn, ModuleCase, Optim, PartialCredit, builtins, function_check, generator, grader_weights,
+    module_check, outcome,
+)
 from autograder.checks.cases import Model
 from solutions import ch10_capstone as ref
 from solutions.ch05_masks import padding_mask
@@ -38,6 +47,12 @@ FORBIDDEN = builtins.forbidden("transformer_layers", "multi_head_attention")
 EVAL_N = 500  # held-out sources decoded per grading
 PROBE_N = 8  # sources of the leakage probe (all longer than ref.LEAK_POSITION)
 PASS_MARK = 0.97
+# Partial credit below the pass mark (the accuracy on the held-out sources -> the fraction of the points): a model
+# that reverses most sequences has learned most of the task; one below the last step has not learned it.
+CREDIT_SCALE = ((0.90, 2 / 3), (0.70, 1 / 3))
+# The sandbox's time for a capstone notebook (notebook.chapter_limits; every other chapter keeps the run's limits):
+# the reference trains in 10-20 s on one core, a learner's larger model may take several times that.
+LIMITS = {"cell_seconds": 300, "notebook_seconds": 420}
 LEAK_TOL = 1e-5  # a causal decoder changes nothing (exactly 0 on the CPU); float32 rounding stays far below this
 
 NO_CAUSAL_MASK = "decoder without a causal mask"
@@ -127,9 +142,25 @@ def _judge_learning(calls, records, function="learning_run"):
                              "(batch, 1 + generated tokens), column 0 being <s>.")
     accuracy = ref.exact_match(None, src, tgt, lengths, decode=lambda *_: first.long()).float().mean().item()
     if accuracy < PASS_MARK:
-        raise AssertionError(f"{BELOW_PASS_MARK}: {accuracy:.1%} of {src.size(0)} held-out sequences reversed exactly "
-                             f"(every digit and </s>) after training on the budget; the pass mark is {PASS_MARK:.0%}."
-                             + _likely_cause(losses))
+        message = (f"{BELOW_PASS_MARK}: {accuracy:.1%} of {src.size(0)} held-out sequences reversed exactly (every digit "
+                   f"and </s>) after training on the budget; the pass mark is {PASS_MARK:.0%}." + _likely_cause(losses))
+        fraction = credit(accuracy)
+        if fraction:
+            raise PartialCredit(fraction, message + f" Partial credit: {fraction:.0%} of the points ({credit_scale()}).")
+        raise AssertionError(message + f" ({credit_scale()}.)")
+
+
+def credit(accuracy: float) -> float:
+    """The fraction of the learning check's points for an exact-match accuracy: 1 at or above PASS_MARK, then the
+    steps of CREDIT_SCALE, 0 below the last."""
+    if accuracy >= PASS_MARK:
+        return 1.0
+    return next((fraction for floor, fraction in CREDIT_SCALE if accuracy >= floor), 0.0)
+
+
+def credit_scale() -> str:
+    steps = ", ".join(f"{fraction:.0%} from {floor:.0%}" for floor, fraction in CREDIT_SCALE)
+    return f"the scale: all the points from {PASS_MARK:.0%}, {steps}, none below"
 
 
 LEARNING = Check("learning_run", _learning_plan, _judge_learning, FORBIDDEN, categories=("learning",),
@@ -186,3 +217,77 @@ def _step_cases(seed):
 
 STEP = function_check(ref.train_step, _step_cases, ("loss",) + STEP_PARAMETERS, STEP_MISTAKES, {}, FORBIDDEN, meta=False,
                       categories=("values", "shape", "dtype", "device"))
+
+
+# --- The assembled model, by value --------------------------------------------------------------------------------
+# CapstoneTransformer with the grader's weights (loaded by name: embed, encoder_layers.i.*, encoder_norm,
+# decoder_layers.i.*, decoder_norm; out_proj tied to embed) on padded batches, in eval() mode, compared with the
+# reference's logits. In one case the padded source positions hold digits, not PAD: a model that does not mask them
+# reads them, and its logits differ.
+
+
+class _Assembled(ref.CapstoneTransformer):
+    """The reference with one assembly mistake (a catalogue entry)."""
+
+    causal, cross_mask, encoder_mask, scale, final_norms = True, True, True, True, True
+
+    def _embed(self, ids):
+        x = self.embed(ids)
+        return self.pos(x * math.sqrt(self.d_model) if self.scale else x)
+
+    def encode(self, src, src_mask=None):
+        x = self._embed(src)
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask if self.encoder_mask else None)
+        return self.encoder_norm(x) if self.final_norms else x
+
+    def decode(self, tgt, memory, src_mask=None):
+        tgt_mask = ref.causal_mask(tgt.size(1), device=tgt.device) if self.causal else None
+        y = self._embed(tgt)
+        for layer in self.decoder_layers:
+            y = layer(y, memory, tgt_mask, src_mask if self.cross_mask else None)
+        return self.out_proj(self.decoder_norm(y) if self.final_norms else y)
+
+
+def _assembled(**mistake):
+    return type("CapstoneTransformer", (_Assembled,), mistake)
+
+
+MODEL_MISTAKES = {
+    "the decoder's self-attention has no causal mask: pass causal_mask(Tt) to every decoder layer":
+        _assembled(causal=False),
+    "the source padding mask is not passed to the cross-attention: each decoder layer needs src_mask as its memory_mask":
+        _assembled(cross_mask=False),
+    "the source padding mask is not passed to the encoder's self-attention": _assembled(encoder_mask=False),
+    "the embeddings are not multiplied by sqrt(d_model) before the positional encoding is added": _assembled(scale=False),
+    "the final LayerNorms of the Pre-LN stacks are missing (encoder_norm after the encoder, decoder_norm before "
+    "out_proj)": _assembled(final_norms=False),
+}
+
+
+def _model_cases(seed):
+    g = generator(seed, "CapstoneTransformer#inputs")
+
+    def batch(n, digits_in_padding=False):
+        src, tgt, lengths = ref.make_batch(n, g)
+        if digits_in_padding:  # the padded positions hold digits: only the mask tells them from real ones
+            pad = src == ref.PAD
+            src = torch.where(pad, torch.randint(3, ref.VOCAB, src.shape, generator=g), src)
+        return src, tgt[:, :-1], padding_mask(lengths, src.size(1)), lengths
+
+    cases = []
+    for init, n, in_padding in (({"d_model": 16, "n_heads": 4, "d_ff": 32, "n_layers": 1}, 4, False),
+                                ({"d_model": 8, "n_heads": 2, "d_ff": 24, "n_layers": 2}, 5, True)):
+        src, dec_in, mask, lengths = batch(n, in_padding)
+        while lengths.min() == lengths.max():  # a batch whose sources all have one length has no padding to mask
+            src, dec_in, mask, lengths = batch(n, in_padding)
+        what = "digits (not PAD) in the padded positions" if in_padding else "PAD in the padded positions"
+        cases.append(ModuleCase(
+            f"CapstoneTransformer({', '.join(f'{k}={v}' for k, v in init.items())}) in eval(), {n} sources of "
+            f"{lengths.min().item()}-{lengths.max().item()} digits padded to {src.size(1)} ({what}), decoder input "
+            f"{tuple(dec_in.shape)}, src_mask {tuple(mask.shape)}", init, (src, dec_in, mask)))
+    return cases
+
+
+MODEL = module_check(ref.CapstoneTransformer, _model_cases, ("logits",), MODEL_MISTAKES, {}, FORBIDDEN, meta=False,
+                     categories=("values", "shape"))

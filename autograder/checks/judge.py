@@ -27,6 +27,18 @@ from autograder.checks.wire import ReportedDevice, Returned, Unreadable, decode_
 MAX_REPLAYS = 2  # further rounds for a caller whose callee is proven wrong (see judge_calls, rule 3)
 
 
+class PartialCredit(AssertionError):
+    """A judge's verdict of part of the points: `fraction` (0 < fraction < 1) of the cell's points, with the message
+    that says why not all. It is an AssertionError, so whatever does not know about partial credit (plain nbgrader's
+    hidden-tests cell, a test's expectations of a failed check) sees a failed check, never a pass."""
+
+    def __init__(self, fraction: float, message: str):
+        if not 0 < fraction < 1:
+            raise ValueError(f"a partial credit is strictly between 0 and 1, got {fraction!r}")
+        super().__init__(message)
+        self.fraction = float(fraction)
+
+
 class NeedsReplay(Exception):
     """Some calls can be graded apart from a callee's proven mistake only by running them again with the callee
     answering from the reference: tables = {call index: [{"name", "args", "out"}, ...]} (replay_table)."""

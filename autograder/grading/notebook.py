@@ -33,7 +33,7 @@ from autograder import registry
 from autograder.grading import sandbox, shortcuts, warm
 from autograder.reporting.feedback import write_feedback
 from autograder.results import CellScore, Result, Settings, atomic_write
-from autograder.checks import encode_calls, judge_with_replays, runner, visible
+from autograder.checks import PartialCredit, encode_calls, judge_with_replays, runner, visible
 from autograder.checks.judge import GRADED_ERRORS
 
 MAX_NOTEBOOK_BYTES = 20 * 2**20  # the notebook as graded: its code (outputs are not graded and are removed first)
@@ -325,6 +325,18 @@ def write_job(job_dir: Path, cells, checks_module, settings: Settings, skip: dic
     return calls_by_cell
 
 
+def chapter_limits(limits: sandbox.Limits, checks_module) -> sandbox.Limits:
+    """The sandbox's limits for a notebook of this chapter: the run's own, with the time the chapter's checks module
+    asks for (LIMITS, e.g. {"cell_seconds": 240, "notebook_seconds": 420} for a chapter whose check trains a model).
+    A chapter can only raise a limit, never lower one the instructor set; every other chapter is left as it is."""
+    wanted = getattr(checks_module, "LIMITS", None) or {}
+    unknown = set(wanted) - {"cell_seconds", "notebook_seconds"}
+    if unknown:
+        raise ValueError(f"{checks_module.__name__}.LIMITS: only cell_seconds and notebook_seconds can be set per chapter, "
+                         f"not {sorted(unknown)}")
+    return dataclasses.replace(limits, **{k: max(float(v), getattr(limits, k)) for k, v in wanted.items()})
+
+
 def run_with_restarts(cells, checks_module, settings: Settings, only=None):
     """Run the job; a cell that hangs, kills the process or floods the output is skipped and the run
     repeated (the rest of the notebook still gets graded). Returns (records by cell, skip reasons, calls,
@@ -335,7 +347,7 @@ def run_with_restarts(cells, checks_module, settings: Settings, only=None):
         with tempfile.TemporaryDirectory(prefix="course-job-") as tmp:
             job_dir = Path(tmp)
             calls_by_cell = write_job(job_dir, cells, checks_module, settings, skip, only=only)
-            outcome = warm.run_job(job_dir, settings.sandbox_mode, settings.limits)
+            outcome = warm.run_job(job_dir, settings.sandbox_mode, chapter_limits(settings.limits, checks_module))
         starts.append(outcome.start)
         if outcome.oom_kills and outcome.status == "finished":
             notes.append(f"the notebook's processes together went over their memory limit "
@@ -405,7 +417,7 @@ def replay_in_sandbox(cells, cell, indices, tables, checks_module, settings: Set
     with tempfile.TemporaryDirectory(prefix="course-replay-") as tmp:
         job_dir = Path(tmp)
         write_job(job_dir, cells, checks_module, settings, skip, replay=replay)
-        outcome = warm.run_job(job_dir, settings.sandbox_mode, settings.limits)
+        outcome = warm.run_job(job_dir, settings.sandbox_mode, chapter_limits(settings.limits, checks_module))
     probe = next((r for r in outcome.records if r.get("event") == "probe" and r.get("cell") == cell["index"]), None)
     records = probe.get("calls") if isinstance(probe, dict) else None
     if not isinstance(records, list) or len(records) != len(indices):
@@ -543,6 +555,10 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points,
 
         try:
             judge_with_replays(check, calls, records, rerun, function=check.function)
+        except PartialCredit as part:  # the judge's own scale (e.g. the capstone's accuracy), before any failure
+            points = round(max_score * part.fraction, 2)
+            scores.append(CellScore(gid, points, max_score, explain_discarded_edits(str(part)[:2000], check, edits, cells)))
+            continue
         except AssertionError as failure:
             scores.append(failed(str(failure)[:2000]))
             continue

@@ -263,12 +263,16 @@ def main():
         if len(fds) != 1 or not isinstance(request.get("run"), str):
             return  # not the grader's protocol: end, and the grader starts a new template
         job = os.path.basename(request["run"])
+        seconds = request.get("cpu_seconds", limits["cpu_seconds"])  # this job's CPU limit (a chapter may raise it)
+        if not isinstance(seconds, int) or isinstance(seconds, bool) or not 1 <= seconds <= 24 * 3600:
+            return  # not the grader's protocol
+        job_limits = dict(limits, cpu_seconds=seconds)
         go_read, go_write = os.pipe()
         pid_read, pid_write = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
-                child(os.path.join("/jobs", job), go_read, pid_write, fds[0], limits)
+                child(os.path.join("/jobs", job), go_read, pid_write, fds[0], job_limits)
             finally:
                 os._exit(72)
         for fd in (go_read, pid_write, fds[0]):

@@ -47,8 +47,17 @@ def cold_reason(sandbox_mode: str, limits) -> str | None:
     return _cold_reasons.get(_key(sandbox_mode, limits))
 
 
+TIME_LIMITS = ("cell_seconds", "notebook_seconds")  # set per job (a chapter may ask for more): not part of a template's key
+
+
 def _key(sandbox_mode, limits):
-    return (sandbox_mode, json.dumps(vars(limits), sort_keys=True, default=str))
+    kept = {k: v for k, v in vars(limits).items() if k not in TIME_LIMITS}
+    return (sandbox_mode, json.dumps(kept, sort_keys=True, default=str))
+
+
+def _cpu_seconds(limits) -> int:
+    """The CPU time a notebook's process may use: its wall-clock budget and a margin (the watchdog stops it first)."""
+    return int(limits.notebook_seconds) + 10
 
 
 class TemplateGone(Exception):
@@ -77,7 +86,7 @@ class Template:
     def start(self) -> str | None:
         """Start the template; None when it is ready to fork, else why it cannot be used on this host."""
         child_limits = {"memory_bytes": self.limits.memory_bytes, "file_bytes": self.limits.file_bytes,
-                        "cpu_seconds": int(self.limits.notebook_seconds) + 10, "tmp_bytes": self.limits.tmp_bytes}
+                        "cpu_seconds": _cpu_seconds(self.limits), "tmp_bytes": self.limits.tmp_bytes}
         argv, env = sandbox.command(self.folder, self.mode, self.limits, mount_at="/template",
                                     program=["/template/template.py", json.dumps(child_limits)],
                                     extra_ro_binds=[(self.spool, "/jobs")])
@@ -117,8 +126,10 @@ class Template:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def run(self, job_dir: Path) -> sandbox.Outcome:
-        """Run one job folder in a child of the template, under the same watchdog as a cold run."""
+    def run(self, job_dir: Path, limits=None) -> sandbox.Outcome:
+        """Run one job folder in a child of the template, under the same watchdog as a cold run. limits: this job's
+        (the template's own but for the time limits, which a chapter may raise: see notebook.chapter_limits)."""
+        limits = limits or self.limits
         if not self.alive():
             raise TemplateGone("the template has ended")
         name = str(next(self.numbers))
@@ -126,18 +137,19 @@ class Template:
         shutil.copytree(job_dir, target)  # with the job folder's modes (readable, not writable, by the sandbox's user)
         group = sandbox.MemoryGroup(self.limits.group_memory_bytes)
         try:
-            return self._run(name, group)
+            return self._run(name, group, limits)
         finally:
             group.close()
             shutil.rmtree(target, ignore_errors=True)
 
-    def _run(self, name: str, group) -> sandbox.Outcome:
+    def _run(self, name: str, group, limits) -> sandbox.Outcome:
         start = time.perf_counter()
         report_read, report_write = os.pipe()  # this job's report channel: only this job's processes hold its write end
         lines = sandbox.read_reports(report_read, self.limits.report_bytes)  # the reader closes report_read at the end
         try:
             try:
-                socket.send_fds(self.control, [json.dumps({"run": name}).encode()], [report_write])
+                request = {"run": name, "cpu_seconds": _cpu_seconds(limits)}
+                socket.send_fds(self.control, [json.dumps(request).encode()], [report_write])
             finally:
                 os.close(report_write)
             forked = self._expect("forked", name, FORK_TIMEOUT_S)
@@ -168,7 +180,7 @@ class Template:
             self.close()
             return None
 
-        outcome = sandbox.watch(watched, self.limits, group, start, exit_code=exit_status)
+        outcome = sandbox.watch(watched, limits, group, start, exit_code=exit_status)
         if outcome.status == "died" and "status" not in ended:
             raise TemplateGone("the template ended during the notebook")
         return outcome
@@ -287,7 +299,7 @@ def run(job_dir: Path, sandbox_mode: str, limits) -> tuple[sandbox.Outcome | Non
         return None, why
     me = threading.get_native_id()
     try:
-        return template.run(job_dir), "warm"
+        return template.run(job_dir, limits), "warm"
     except TemplateGone as exc:
         _templates.pop(me, None)
         template.close()
