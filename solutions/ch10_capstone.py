@@ -27,6 +27,7 @@ Conventions: batch-first shapes in comments; boolean masks with True = may atten
 """
 
 import math
+import time
 
 import torch
 import torch.nn.functional as F
@@ -230,15 +231,42 @@ def train_step(
     return loss.detach()
 
 
+class StepModel(nn.Module):
+    """The course's small model for the train_step exercise, with CapstoneTransformer's interface and no attention
+    (so that train_step is graded apart from the learner's parts): each decoder position's embedding, joined with
+    the mean of the real source tokens' embeddings, through a tanh layer to the logits.
+
+    forward(src (B, Ts), tgt (B, Tt), src_mask (B, 1, 1, Ts) or None) -> logits (B, Tt, vocab)
+    """
+
+    def __init__(self, vocab: int = VOCAB, d_model: int = 16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        self.mix = nn.Linear(2 * d_model, d_model)
+        self.out_proj = nn.Linear(d_model, vocab)
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        memory = self.embed(src)  # (B, Ts, D)
+        if src_mask is None:
+            keep = torch.ones_like(memory[..., :1])  # (B, Ts, 1)
+        else:
+            keep = src_mask.reshape(src.size(0), src.size(1), 1).to(memory.dtype)  # (B, Ts, 1) 1 = a real token
+        context = (memory * keep).sum(dim=1) / keep.sum(dim=1)  # (B, D) the mean of the real source tokens
+        y = self.embed(tgt)  # (B, Tt, D)
+        joined = torch.cat([y, context[:, None, :].expand_as(y)], dim=-1)  # (B, Tt, 2D)
+        return self.out_proj(torch.tanh(self.mix(joined)))  # (B, Tt, vocab)
+
+
 def train(model: nn.Module, budget: int, generator: torch.Generator, log_every: int = 0) -> list[float]:
     """Train `model` on `budget` training sequences (budget // BATCH_SIZE steps of BATCH_SIZE fresh sequences from
     make_batch(split="train") with `generator`), step s at warmup_lr(s, steps). Returns the loss of every step.
     Leaves the model in eval() mode. log_every > 0: print the step and the mean loss every log_every steps."""
     n_steps = budget // BATCH_SIZE
     optimizer = make_optimizer(model)
+    device = next(model.parameters()).device  # batches are drawn on the CPU (the generator's), trained where the model is
     losses = []
     for step in range(1, n_steps + 1):
-        src, tgt, lengths = make_batch(BATCH_SIZE, generator)
+        src, tgt, lengths = (t.to(device) for t in make_batch(BATCH_SIZE, generator))
         losses.append(train_step(model, optimizer, src, tgt, lengths, warmup_lr(step, n_steps)).item())
         if log_every and step % log_every == 0:
             recent = losses[-log_every:]
@@ -250,14 +278,16 @@ def train(model: nn.Module, budget: int, generator: torch.Generator, log_every: 
 # --- Evaluation -----------------------------------------------------------------------------------------------
 
 
-def exact_match(model: nn.Module, src: Tensor, tgt: Tensor, lengths: Tensor, decode=greedy_decode) -> Tensor:
+def exact_match(model: nn.Module, src: Tensor, tgt: Tensor, lengths: Tensor, decode=None) -> Tensor:
     """Greedy-decode src and compare with tgt: (n,) bool, True where every digit AND </s> are right.
 
     decode(model, src, max_len, bos_id, eos_id, src_mask, pad_id) is chapter 08's greedy_decode (or a learner's).
     Positions after the target's </s> do not count (what the model writes after </s> is never read).
     """
+    decode = decode or greedy_decode  # looked up when called (in a notebook: the learner's greedy_decode)
     src_mask = padding_mask(lengths, src.size(1))  # (n, 1, 1, Ts)
-    pred = decode(model, src, src.size(1) + 1, BOS, EOS, src_mask, PAD)  # (n, 1 + steps), column 0 is <s>
+    pred = decode(model, src, src.size(1) + 1, BOS, EOS, src_mask, PAD).cpu()  # (n, 1 + steps), column 0 is <s>
+    src, tgt, lengths = src.cpu(), tgt.cpu(), lengths.cpu()
     n, width = src.size(0), lengths.max().item() + 2  # <s>, the digits, </s>
     if pred.size(1) < width:  # stopped before the longest target's </s>: pad with PAD (never equal to </s>)
         pred = torch.cat([pred, torch.full((n, width - pred.size(1)), PAD, dtype=pred.dtype)], dim=1)
@@ -267,7 +297,7 @@ def exact_match(model: nn.Module, src: Tensor, tgt: Tensor, lengths: Tensor, dec
 
 
 def held_out_accuracy(model: nn.Module, n: int, generator: torch.Generator, min_len: int = MIN_LEN,
-                      max_len: int = MAX_LEN, decode=greedy_decode) -> float:
+                      max_len: int = MAX_LEN, decode=None) -> float:
     """Exact-match accuracy of greedy decoding on n fresh held-out sources of min_len..max_len digits."""
     src, tgt, lengths = make_batch(n, generator, min_len, max_len, split="held_out")
     return exact_match(model, src, tgt, lengths, decode).float().mean().item()
@@ -288,7 +318,11 @@ def _leakage(model: nn.Module, src: Tensor, tgt: Tensor, lengths: Tensor) -> Ten
     dec_in = tgt[:, :-1]  # (n, T)
     changed = dec_in.clone()
     changed[:, LEAK_POSITION] = 3 + (changed[:, LEAK_POSITION] - 3 + 1) % N_DIGITS  # another digit there
-    before = model(src, dec_in, src_mask)[:, :LEAK_POSITION]  # (n, LEAK_POSITION, V)
+    logits = model(src, dec_in, src_mask)  # (n, T, V)
+    if logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(dec_in.shape):
+        raise ValueError(f"the model's output has shape {tuple(logits.shape)} for a decoder input {tuple(dec_in.shape)}: "
+                         "expected (batch, decoder positions, vocabulary), the logits of every position")
+    before = logits[:, :LEAK_POSITION]  # (n, LEAK_POSITION, V)
     after = model(src, changed, src_mask)[:, :LEAK_POSITION]
     model.train(was_training)
     return (after - before).abs().max().double()  # () float64
@@ -304,7 +338,7 @@ def learning_run(model_class, train_fn, decode_fn, seed: int, budget: int, probe
     A leaking decoder is not trained (losses empty, both decodings empty): it fails on the probe alone, cheaply.
     """
     torch.manual_seed(seed)
-    model = model_class()
+    model = model_class().to(src.device)  # built on the CPU from the seed, then moved to the grading device
     leak = _leakage(model, probe_src, probe_tgt, probe_lengths)
     if leak > 1e-5:
         empty = torch.zeros(0, 0, dtype=torch.long)
@@ -315,3 +349,52 @@ def learning_run(model_class, train_fn, decode_fn, seed: int, budget: int, probe
     first = decode_fn(model, src, src.size(1) + 1, BOS, EOS, src_mask, PAD)  # (n, 1 + steps)
     second = decode_fn(model, src, src.size(1) + 1, BOS, EOS, src_mask, PAD)
     return leak, losses, first, second
+
+
+def see_it_learn(model_class=None, train_fn=None, decode_fn=None, budget: int = BUDGET, seed: int = 0,
+                 log_every: int = 50, n_test: int = 500):
+    """The notebook's "watch it learn" run (the learner calls it in a cell of their own; grading never does): build
+    model_class() after torch.manual_seed(seed), train it with train_fn(model, budget, generator, log_every=...)
+    (a line every log_every steps), then print the exact-match accuracy on n_test held-out sources, overall and by
+    length. Returns (model, losses, accuracy)."""
+    model_class, train_fn = model_class or CapstoneTransformer, train_fn or train  # looked up when called
+    torch.manual_seed(seed)
+    model = model_class()
+    start = time.perf_counter()
+    losses = train_fn(model, budget, torch.Generator().manual_seed(seed), log_every=log_every)
+    seconds = time.perf_counter() - start
+    src, tgt, lengths = make_batch(n_test, torch.Generator().manual_seed(seed + 1_000_003), split="held_out")
+    right = exact_match(model, src, tgt, lengths, decode_fn)  # (n_test,) bool
+    print(f"trained {len(losses)} steps in {seconds:.1f} s; exact match on {n_test} held-out sources: "
+          f"{right.float().mean().item():.1%}")
+    by_length = ", ".join(f"{n}: {right[lengths == n].float().mean().item():.0%}"
+                          for n in range(MIN_LEN, MAX_LEN + 1) if (lengths == n).any())
+    print(f"by length ({by_length})")
+    return model, losses, right.float().mean().item()
+
+
+# --- The notebook's parts cell: what the learner pastes from chapters 02-08 -------------------------------------
+# (the instructor notebook's solution; ANSWER_CELLS is how a solution cell made of several chapters' code is named)
+
+PARTS = (
+    ("ch02_qkv_attention", ("stable_softmax", "scaled_dot_product_attention")),
+    ("ch04_multi_head", ("split_heads", "merge_heads", "MultiHeadAttention")),
+    ("ch05_masks", ("causal_mask", "padding_mask")),
+    ("ch06_positional_encoding", ("sinusoidal_pe", "PositionalEncoding")),
+    ("ch07_ffn_layernorm", ("layer_norm", "LayerNorm", "FeedForward", "EncoderLayer")),
+    ("ch08_encoder_decoder", ("DecoderLayer", "greedy_decode")),
+)
+
+
+def _parts_cell() -> str:
+    import importlib
+    import inspect
+
+    blocks = ["from collections.abc import Sequence  # padding_mask's type hint"]
+    for module, names in PARTS:
+        m = importlib.import_module(f"solutions.{module}")
+        blocks += [inspect.getsource(getattr(m, name)).rstrip() for name in names]
+    return "\n\n\n".join(blocks) + "\n"
+
+
+ANSWER_CELLS = {"parts": _parts_cell()}

@@ -42,7 +42,11 @@ from autograder.checks.cases import Model
 from solutions import ch10_capstone as ref
 from solutions.ch05_masks import padding_mask
 
-FORBIDDEN = builtins.forbidden("transformer_layers", "multi_head_attention")
+# The capstone uses nothing the learner has not written: PyTorch's attention, multi-head attention, Transformer layers
+# and causal-mask helpers are switched off while it is graded (F.cross_entropy stays allowed in the training step).
+GROUPS = ("attention", "multi_head_attention", "transformer_layers", "causal_masks")
+FORBIDDEN = builtins.forbidden(*GROUPS)
+SHORTCUT_NAMES = builtins.shortcut_names(*GROUPS)
 
 EVAL_N = 500  # held-out sources decoded per grading
 PROBE_N = 8  # sources of the leakage probe (all longer than ref.LEAK_POSITION)
@@ -53,6 +57,7 @@ CREDIT_SCALE = ((0.90, 2 / 3), (0.70, 1 / 3))
 # The sandbox's time for a capstone notebook (notebook.chapter_limits; every other chapter keeps the run's limits):
 # the reference trains in 10-20 s on one core, a learner's larger model may take several times that.
 LIMITS = {"cell_seconds": 300, "notebook_seconds": 420}
+RISE = 0.1  # a loss that ends this much above where it started has diverged (label-smoothed CE starts near log 13)
 LEAK_TOL = 1e-5  # a causal decoder changes nothing (exactly 0 on the CPU); float32 rounding stays far below this
 
 NO_CAUSAL_MASK = "decoder without a causal mask"
@@ -98,6 +103,10 @@ def _likely_cause(losses: torch.Tensor) -> str:
                 "it was trained on, which is not the task. The usual cause: labels that are not the decoder input shifted "
                 "by one (the input is tgt[:, :-1], the labels tgt[:, 1:]; with the same tokens as input and label the "
                 "model only learns to copy its input). Check also that greedy_decode feeds back its own tokens.")
+    if abs(last - first) < 0.02:
+        return (f" The loss did not move ({first:.3f} over the first {n} steps, {last:.3f} over the last {n}): the weights "
+                "hardly changed. Does every step call optimizer.step(), with a learning rate above 0 (the schedule's "
+                "steps counted from 1), on the model's own parameters?")
     if last > 0.8 * first:
         return (f" The loss hardly fell ({first:.3f} over the first {n} steps, {last:.3f} over the last {n}): a learning "
                 "rate too large without warm-up is the usual cause (the first Adam steps, on poor estimates of the "
@@ -108,7 +117,16 @@ def _likely_cause(losses: torch.Tensor) -> str:
 
 def _judge_learning(calls, records, function="learning_run"):
     call = calls[0]
-    out = outcome(records[0], "train", call.label, {}, FORBIDDEN)
+    try:
+        out = outcome(records[0], "train", call.label, {}, FORBIDDEN)
+    except AssertionError as failure:
+        missing = [name for _, names in ref.PARTS for name in names if f"{name} is not defined" in str(failure)]
+        if missing and type(failure) is AssertionError:
+            raise AssertionError(
+                f"the learning check cannot run: {missing[0]} is not defined. Your parts cell is not implemented yet or "
+                "stopped with an error: paste your parts from chapters 2 to 8 into it (see its heading), run it, then "
+                "the cells below it.") from None
+        raise
     if len(out) != 4:
         raise AssertionError("learning_run returned something else than (leak, losses, first, second): "
                              "its read-only cell was changed; run the notebook as handed out.")
@@ -129,7 +147,7 @@ def _judge_learning(calls, records, function="learning_run"):
         raise AssertionError(f"{DIVERGED}: the loss is not finite from step {step} on. A learning rate too large "
                              "without warm-up is the usual cause; clipping the gradient norm helps too.")
     n = max(1, min(50, losses.numel() // 4))
-    if losses[-n:].mean() > losses[:n].mean():
+    if losses[-n:].mean() > losses[:n].mean() + RISE:  # a flat loss (no learning at all) is judged below, not here
         raise AssertionError(f"{DIVERGED}: the loss rose from {losses[:n].mean():.3f} (first {n} steps) to "
                              f"{losses[-n:].mean():.3f} (last {n}). A learning rate too large without warm-up is the "
                              "usual cause.")
@@ -164,13 +182,14 @@ def credit_scale() -> str:
 
 
 LEARNING = Check("learning_run", _learning_plan, _judge_learning, FORBIDDEN, categories=("learning",),
-                 given={"learning_run": ref.learning_run})
+                 given={"learning_run": ref.learning_run}, costly=True)
 
 
 # --- One training step, by value -----------------------------------------------------------------------------------
 
-STEP_INIT = {"d_model": 16, "n_heads": 4, "d_ff": 32, "n_layers": 1}  # small: judged by value (47 parameters + the loss: within runner.MAX_ITEMS)
-STEP_PARAMETERS = tuple(name for name, _ in ref.CapstoneTransformer(**STEP_INIT).named_parameters())
+# The step is graded on the course's StepModel (no attention: a mistake in the learner's parts costs nothing here).
+STEP_INIT = {"vocab": ref.VOCAB, "d_model": 16}
+STEP_PARAMETERS = tuple(name for name, _ in ref.StepModel(**STEP_INIT).named_parameters())
 
 
 def _step_with(labels_of, ignore_index=ref.PAD, clip=True):
@@ -203,20 +222,20 @@ def _step_cases(seed):
     cases = []
     # Adam, as in training; and SGD, whose step is proportional to the gradient: Adam's first step is not (it divides
     # by the gradient's own size), so only the SGD case shows whether the gradient was clipped.
-    for n, lr, optimizer in ((6, 1e-3, "Adam"), (4, 0.1, "SGD")):
-        state = grader_weights(ref.CapstoneTransformer(**STEP_INIT), g)
-        if optimizer == "SGD":  # a larger (tied) embedding: larger logits, a gradient norm well above CLIP_NORM
-            state["embed.weight"] = state["embed.weight"] * 16
+    for n, lr, optimizer in ((6, 1e-3, "Adam"), (4, 0.5, "SGD")):
+        state = grader_weights(ref.StepModel(**STEP_INIT), g)
+        if optimizer == "SGD":  # larger weights: larger logits, a gradient norm well above CLIP_NORM
+            state = {name: value * 8 for name, value in state.items()}
         src, tgt, lengths = ref.make_batch(n, g)
-        cases.append(Case(f"CapstoneTransformer{tuple(STEP_INIT.values())} with the grader's weights, {n} sequences "
-                          f"of {lengths.min().item()}-{lengths.max().item()} digits padded to {src.size(1)}, {optimizer}, lr {lr}",
-                          (Model("CapstoneTransformer", STEP_INIT, state, train=True, state_after=True),
+        cases.append(Case(f"StepModel(d_model=16) with the grader's weights, {n} sequences of "
+                          f"{lengths.min().item()}-{lengths.max().item()} digits padded to {src.size(1)}, {optimizer}, lr {lr}",
+                          (Model("StepModel", STEP_INIT, state, train=True, state_after=True),
                            Optim(optimizer, {"lr": 1.0}), src, tgt, lengths, lr), {}))
     return cases
 
 
 STEP = function_check(ref.train_step, _step_cases, ("loss",) + STEP_PARAMETERS, STEP_MISTAKES, {}, FORBIDDEN, meta=False,
-                      categories=("values", "shape", "dtype", "device"))
+                      categories=("values", "shape", "dtype"))
 
 
 # --- The assembled model, by value --------------------------------------------------------------------------------
@@ -291,3 +310,50 @@ def _model_cases(seed):
 
 MODEL = module_check(ref.CapstoneTransformer, _model_cases, ("logits",), MODEL_MISTAKES, {}, FORBIDDEN, meta=False,
                      categories=("values", "shape"))
+
+
+# --- Build-time helpers of the visible checks (autograder/source/10-capstone/exercises.md) -------------------------
+
+
+def model_run(demo_module, init):
+    """A function running CapstoneTransformer(**init) with demo weights (float64, eval()) on (src, dec_in, mask)."""
+    def run(src, dec_in, mask):
+        with torch.no_grad():
+            return demo_module(ref.CapstoneTransformer, init)(src, dec_in, mask).reshape(-1)
+    return run
+
+
+def model_variants(demo_module, init):
+    """{mistake: model_run of the wrong class} for the visible check's mistakes()."""
+    def variant(cls):
+        def run(src, dec_in, mask):
+            with torch.no_grad():
+                return demo_module(cls, init)(src, dec_in, mask).reshape(-1)
+        return run
+    return {description: variant(cls) for description, cls in MODEL_MISTAKES.items()}
+
+
+def step_run(demo_module, init, step=ref.train_step, optimizer="SGD", scale=1.0):
+    """A function running one train_step (the reference's, or `step`) on StepModel(**init) with demo weights
+    (float64), every weight times `scale`, and torch.optim.<optimizer>(params, lr=1.0) (the step sets the rate):
+    the loss, then the embedding's first 32 entries after the step."""
+    def run(src, tgt, lengths, lr):
+        model = demo_module(ref.StepModel, init)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(scale)
+        opt = getattr(torch.optim, optimizer)(model.parameters(), lr=1.0)
+        loss = step(model, opt, src, tgt, lengths, lr)
+        return torch.cat([loss.detach().reshape(1), model.embed.weight.detach().flatten()[:32]])
+    return run
+
+
+def step_variants(demo_module, init, optimizer="SGD", scale=1.0):
+    return {description: step_run(demo_module, init, wrong, optimizer, scale) for description, wrong in STEP_MISTAKES.items()}
+
+
+CHECKS = {
+    "CapstoneTransformer_hidden": MODEL,
+    "train_step_hidden": STEP,
+    "train_hidden": LEARNING,
+}

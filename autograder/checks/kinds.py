@@ -48,6 +48,10 @@ class Check:
     # Functions the check's calls pass by name (Fn) that the notebook defines in a read-only cell: in the sandbox they
     # come from the notebook; run in this process on a namespace without them (a test), these are used.
     given: dict = field(default_factory=dict)
+    # A check that trains a model (seconds, where the others take milliseconds): the chapter contract runs it on one
+    # seed, and for a catalogued wrong answer only where the answer says it loses it (tests/chapter_contract.py).
+    # Grading runs it like any other check.
+    costly: bool = False
 
 
 # --- Plans: which calls a hidden check makes ------------------------------------------------------
