@@ -57,6 +57,7 @@ CREDIT_SCALE = ((0.90, 2 / 3), (0.70, 1 / 3))
 # The sandbox's time for a capstone notebook (notebook.chapter_limits; every other chapter keeps the run's limits):
 # the reference trains in 10-20 s on one core, a learner's larger model may take several times that.
 LIMITS = {"cell_seconds": 300, "notebook_seconds": 420}
+STALLED = 1.0  # a final loss this far above the floor: the model stopped learning early (a rate too large)
 RISE = 0.1  # a loss that ends this much above where it started has diverged (label-smoothed CE starts near log 13)
 LEAK_TOL = 1e-5  # a causal decoder changes nothing (exactly 0 on the CPU); float32 rounding stays far below this
 
@@ -94,10 +95,14 @@ def _loss_floor(eps: float = ref.LABEL_SMOOTHING, vocab: int = ref.VOCAB) -> flo
     return -(hit * torch.log(torch.tensor(hit)) + (vocab - 1) * miss * torch.log(torch.tensor(miss))).item()
 
 
-def _likely_cause(losses: torch.Tensor) -> str:
-    """What the loss curve of a run below the pass mark suggests."""
+def _likely_cause(losses: torch.Tensor, accuracy: float) -> str:
+    """What the loss curve of a run below the pass mark (at this accuracy) suggests."""
     n = max(1, min(50, losses.numel() // 4))
     first, last = losses[:n].mean().item(), losses[-n:].mean().item()
+    if last < _loss_floor() + 0.05 and accuracy >= 0.5:
+        return (f" The training loss reached {last:.3f}, the floor of the label-smoothed loss, yet decoding gets "
+                f"{accuracy:.1%}: the model does what it was trained to do, but greedy decoding does not do the same. Check "
+                "that greedy_decode feeds back its own tokens, passes src_mask to encode and decode, and stops at </s>.")
     if last < _loss_floor() + 0.05:
         return (f" Yet the training loss reached {last:.3f}, the floor of the label-smoothed loss: the model learned what "
                 "it was trained on, which is not the task. The usual cause: labels that are not the decoder input shifted "
@@ -107,10 +112,12 @@ def _likely_cause(losses: torch.Tensor) -> str:
         return (f" The loss did not move ({first:.3f} over the first {n} steps, {last:.3f} over the last {n}): the weights "
                 "hardly changed. Does every step call optimizer.step(), with a learning rate above 0 (the schedule's "
                 "steps counted from 1), on the model's own parameters?")
-    if last > 0.8 * first:
-        return (f" The loss hardly fell ({first:.3f} over the first {n} steps, {last:.3f} over the last {n}): a learning "
-                "rate too large without warm-up is the usual cause (the first Adam steps, on poor estimates of the "
-                "gradient's scale, throw the model far off), or the optimizer never steps.")
+    if last > 0.8 * first or last > _loss_floor() + STALLED:
+        return (f" The loss stalled far above where a model that learns the task ends ({first:.3f} over the first {n} "
+                f"steps, {last:.3f} over the last {n}; the reference ends near {_loss_floor() + 0.01:.2f}): a learning "
+                "rate too large, without warm-up, is the usual cause (Adam's first steps, made on poor estimates of the "
+                "gradient's scale, throw the model into a region it does not leave). Warm the rate up over the first "
+                "steps, lower its peak, or both.")
     return (f" The loss fell ({first:.3f} -> {last:.3f}) but not far enough: train on the whole budget, and check the "
             "learning-rate schedule (warm-up, then decay) and that padding is left out of the loss.")
 
@@ -161,7 +168,7 @@ def _judge_learning(calls, records, function="learning_run"):
     accuracy = ref.exact_match(None, src, tgt, lengths, decode=lambda *_: first.long()).float().mean().item()
     if accuracy < PASS_MARK:
         message = (f"{BELOW_PASS_MARK}: {accuracy:.1%} of {src.size(0)} held-out sequences reversed exactly (every digit "
-                   f"and </s>) after training on the budget; the pass mark is {PASS_MARK:.0%}." + _likely_cause(losses))
+                   f"and </s>) after training on the budget; the pass mark is {PASS_MARK:.0%}." + _likely_cause(losses, accuracy))
         fraction = credit(accuracy)
         if fraction:
             raise PartialCredit(fraction, message + f" Partial credit: {fraction:.0%} of the points ({credit_scale()}).")
