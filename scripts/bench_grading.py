@@ -4,7 +4,8 @@ it replaced, and stock nbgrader, in one run on the same submissions.
     python scripts/bench_grading.py [-n 36] [--chapter ID ...] [--workers N] [--no-stock] [--no-pool] [--no-one-worker]
         [--no-cold]
 
-The submissions cycle through the chapters (default: every chapter with exercises, a mixed batch) and,
+The submissions cycle through the chapters (default: every chapter with exercises whose checks train nothing, a mixed
+batch; the capstone with --chapter 10-capstone) and,
 within each, through the reference solution, two typical wrong answers of its catalogue and the untouched
 notebook, so that the scores differ. Measurements on the same submissions, each in a fresh working directory,
 in one run on one machine (each of ours in a process of its own, as an instructor runs it):
@@ -191,19 +192,29 @@ def chapter_table(chapters, warm_results, cold_results, stock_per_chapter) -> li
     return lines
 
 
+def _trains(chapter) -> bool:
+    """A chapter whose hidden checks train a model (Check.costly, the capstone)."""
+    from autograder.checks import chapter_checks
+
+    return any(check.costly for check in chapter_checks(chapter).CHECKS.values())
+
+
 def main():
     from autograder import registry
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=10, help="number of notebooks to grade (default 10)")
-    parser.add_argument("--chapter", action="append", default=None, help="chapter id (repeatable; default: every chapter with exercises)")
+    parser.add_argument("--chapter", action="append", default=None,
+                        help="chapter id (repeatable; default: every chapter with exercises whose checks train nothing: the "
+                             "capstone's notebooks train a model for 10-30 s each, so they are benchmarked on their own, "
+                             "with --chapter 10-capstone)")
     parser.add_argument("--workers", type=int, default=None, help="our grader's workers (default: all cores, the grader's default)")
     parser.add_argument("--no-stock", action="store_true", help="skip the stock `nbgrader autograde` measurement")
     parser.add_argument("--no-pool", action="store_true", help="skip the old process pool (the Dask layer's cost)")
     parser.add_argument("--no-one-worker", action="store_true", help="skip the 1-worker run (the scaling efficiency)")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold-start run (a fresh sandbox per notebook)")
     args = parser.parse_args()
-    chapters = args.chapter or registry.graded_chapters()
+    chapters = args.chapter or [c for c in registry.graded_chapters() if not _trains(c)]
     n_workers = args.workers or os.cpu_count() or 1
     load = os.getloadavg()[0]
 
