@@ -334,21 +334,34 @@ def learning_run(model_class, train_fn, decode_fn, seed: int, budget: int, probe
     torch.manual_seed(seed); the leakage probe on the untrained model; unless it leaks, train_fn(model, budget,
     torch.Generator().manual_seed(seed)); then decode_fn the held-out sources src (n, Ts) twice.
 
-    Returns (leak () float64, losses (steps,) float64, first (n, k), second (n, k)): raw values, judged outside.
-    A leaking decoder is not trained (losses empty, both decodings empty): it fails on the probe alone, cheaply.
+    While train_fn runs, the course's make_batch counts the sequences it hands out: `drawn` (a 0-dim int64), which
+    the judge holds against the budget.
+
+    Returns (leak () float64, losses (steps,) float64, first (n, k), second (n, k), drawn ()): raw values, judged
+    outside. A leaking decoder is not trained (losses empty, both decodings empty): it fails on the probe alone.
     """
     torch.manual_seed(seed)
     model = model_class().to(src.device)  # built on the CPU from the seed, then moved to the grading device
     leak = _leakage(model, probe_src, probe_tgt, probe_lengths)
     if leak > 1e-5:
         empty = torch.zeros(0, 0, dtype=torch.long)
-        return leak, torch.zeros(0, dtype=torch.float64), empty, empty
-    losses = train_fn(model, budget, torch.Generator().manual_seed(seed))
+        return leak, torch.zeros(0, dtype=torch.float64), empty, empty, torch.tensor(0)
+    course_make_batch, drawn = globals()["make_batch"], [0]
+
+    def counted_make_batch(n, *args, **kwargs):  # the course's make_batch, counting what train_fn draws
+        drawn[0] += int(n)
+        return course_make_batch(n, *args, **kwargs)
+
+    globals()["make_batch"] = counted_make_batch
+    try:
+        losses = train_fn(model, budget, torch.Generator().manual_seed(seed))
+    finally:
+        globals()["make_batch"] = course_make_batch
     losses = torch.as_tensor([float(x) for x in losses], dtype=torch.float64)  # (steps,)
     src_mask = padding_mask(lengths, src.size(1))  # (n, 1, 1, Ts)
     first = decode_fn(model, src, src.size(1) + 1, BOS, EOS, src_mask, PAD)  # (n, 1 + steps)
     second = decode_fn(model, src, src.size(1) + 1, BOS, EOS, src_mask, PAD)
-    return leak, losses, first, second
+    return leak, losses, first, second, torch.tensor(drawn[0])
 
 
 def see_it_learn(model_class=None, train_fn=None, decode_fn=None, budget: int = BUDGET, seed: int = 0,
@@ -398,3 +411,5 @@ def _parts_cell() -> str:
 
 
 ANSWER_CELLS = {"parts": _parts_cell()}
+# Solution cells whose answer is the earlier chapters' answers (guarded as those: tests/test_class_edition.py).
+EARLIER_CHAPTERS_CELLS = ("parts",)

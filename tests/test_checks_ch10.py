@@ -174,7 +174,7 @@ def _accuracy_run(right: int, n: int = checks.EVAL_N):
         first = tgt[:, : src.size(1) + 2].clone()
         first[right:, 1] = 3 + (first[right:, 1] - 3 + 1) % ref.N_DIGITS
         losses = torch.linspace(2.0, 0.5, 50, dtype=torch.float64)
-        return torch.zeros((), dtype=torch.float64), losses, first, first.clone()
+        return torch.zeros((), dtype=torch.float64), losses, first, first.clone(), torch.tensor(budget)
     return learning_run
 
 
@@ -215,3 +215,15 @@ def test_a_model_that_reads_padded_source_positions_fails_even_where_they_hold_p
     src = cases[1].inputs[0]
     assert (src != ref.PAD).all(), "the second case must have digits in its padded positions"
     assert not cases[1].inputs[2].all(), "the second case must have padding to mask"
+
+
+def test_a_train_that_draws_more_than_its_budget_fails_before_it_is_judged_by_accuracy(small_budget):
+    """The course's make_batch counts what train draws while the learning check runs: the budget is the budget, and
+    the reference (which draws exactly the budget) is not told so."""
+    def greedy_train(model, budget, generator):
+        ref.make_batch(budget + 1, generator)  # one sequence too many (looked up as the notebook's global make_batch)
+        return [1.0]
+
+    message = _failure(train=greedy_train)
+    assert message is not None and "over the budget" in message and f"{ref.BUDGET + 1:,}" in message, message
+    assert "over the budget" not in (_failure() or "")

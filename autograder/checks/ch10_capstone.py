@@ -134,11 +134,11 @@ def _judge_learning(calls, records, function="learning_run"):
                 "stopped with an error: paste your parts from chapters 2 to 8 into it (see its heading), run it, then "
                 "the cells below it.") from None
         raise
-    if len(out) != 4:
-        raise AssertionError("learning_run returned something else than (leak, losses, first, second): "
+    if len(out) != 5:
+        raise AssertionError("learning_run returned something else than (leak, losses, first, second, drawn): "
                              "its read-only cell was changed; run the notebook as handed out.")
-    leak, losses, first, second = (_values(o, what) for o, what in zip(out, ("the leakage probe", "the losses",
-                                                                                "the decoding", "the second decoding")))
+    leak, losses, first, second, drawn = (_values(o, what) for o, what in zip(
+        out, ("the leakage probe", "the losses", "the decoding", "the second decoding", "the sequences drawn")))
     leak = float(leak.double().reshape(-1)[0]) if leak.numel() else float("nan")
     if not leak <= LEAK_TOL:
         raise AssertionError(
@@ -146,6 +146,11 @@ def _judge_learning(calls, records, function="learning_run"):
             f"it by up to {leak:.2g}. In training each position can then read the very token it must predict (the "
             "loss falls fast), and greedy decoding, which has no future tokens, fails. Pass causal_mask(Tt) to the "
             "decoder's self-attention. (Found on the untrained model: it was not trained.)")
+    drawn, budget = int(drawn.reshape(-1)[0]) if drawn.numel() else 0, int(call.args[4])
+    if drawn > budget:
+        raise AssertionError(f"over the budget: train drew {drawn:,} training sequences from make_batch, and the budget is "
+                             f"{budget:,} (budget // BATCH_SIZE batches of BATCH_SIZE). Train on the budget you are given: "
+                             "what is graded is what the model learns within it.")
     losses = losses.double().reshape(-1)
     if losses.numel() == 0:
         raise AssertionError("train returned no losses: return the list of the training steps' losses.")
