@@ -17,6 +17,7 @@ CHAPTERS = [
     ("07-ffn-layernorm", "FFN, residuals, LayerNorm"),
     ("08-encoder-decoder", "Encoder–decoder"),
     ("09-complexity-kv-cache", "Complexity and the KV cache"),
+    ("10-capstone", "Capstone: a Transformer that learns"),
 ]
 CHAPTER_IDS = [cid for cid, _ in CHAPTERS]
 NOTEBOOK = "exercises"  # every chapter's exercise notebook is <chapter>/exercises.ipynb
