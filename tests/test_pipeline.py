@@ -10,6 +10,7 @@ import json
 import nbformat
 import pytest
 
+import chapter_contract
 from autograder import registry
 from autograder.authoring import demo
 from autograder.checks import chapter_checks
@@ -21,6 +22,8 @@ CHAPTER = "02-qkv-attention"
 # any seed is checked elsewhere: the chapter contract and tests/test_mistake_catalogues.py on harness.SEEDS, and
 # scripts/seed_scan.py on as many seeds as one cares to wait for (seeds 5-12: every wrong answer as catalogued).
 CORPUS_SEED = 5
+# The chapter contract grades each valid answer in-process on two seeds and leaves the third to this corpus.
+assert CORPUS_SEED not in chapter_contract.VALID_SEEDS
 CHAPTERS = registry.graded_chapters()
 # A chapter whose hidden check trains a model (Check.costly: the capstone, seconds a notebook) is graded here with its
 # reference, its blank notebook and the valid answers named below; its training bugs are graded through the CLI by
