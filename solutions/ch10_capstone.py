@@ -169,7 +169,8 @@ class CapstoneTransformer(nn.Module):
         return self.out_proj(self.decoder_norm(y))  # (B, Tt, VOCAB)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)  # (B, Tt, VOCAB)
+        memory = self.encode(src, src_mask)  # (B, Ts, D)
+        return self.decode(tgt, memory, src_mask)  # (B, Tt, VOCAB)
 
 
 # --- Training -------------------------------------------------------------------------------------------------
