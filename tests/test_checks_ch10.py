@@ -3,7 +3,6 @@ grading seed after its full budget (the one real training run here, ~30 s on one
 the issue fails it with its named diagnosis. The bug runs use a small budget (the grader's budget patched down):
 each diagnosis is made before or instead of the learning itself, so it does not need the full run."""
 
-import math
 
 import pytest
 import torch
@@ -47,12 +46,7 @@ def test_the_held_out_sources_change_with_the_seed_and_are_never_training_source
 # --- Each bug, its diagnosis ------------------------------------------------------------------------------------
 
 
-class NoCausal(ref.CapstoneTransformer):
-    def decode(self, tgt, memory, src_mask=None):  # the decoder's self-attention without the causal mask
-        y = self.pos(self.embed(tgt) * math.sqrt(self.d_model))
-        for layer in self.decoder_layers:
-            y = layer(y, memory, None, src_mask)
-        return self.out_proj(self.decoder_norm(y))
+NoCausal = checks._assembled(causal=False)  # the decoder's self-attention without the causal mask
 
 
 def test_a_decoder_without_causal_mask_is_named_without_training():
