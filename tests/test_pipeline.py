@@ -91,7 +91,7 @@ def corpus(tmp_path_factory):
 def test_reference_scores_full_marks(corpus, chapter):
     _, rows, _ = corpus
     cells = graded_cells(rows, "reference", chapter)
-    assert len(cells) >= 4
+    assert len(cells) == len(chapter_checks(chapter).CHECKS), f"{chapter}: graded cells {sorted(cells)}"
     lost = {c: r["message"] for c, r in cells.items() if float(r["score"]) < float(r["max_score"])}
     assert not lost, f"the reference solution of {chapter} lost points: {lost}"
 
@@ -100,7 +100,7 @@ def test_reference_scores_full_marks(corpus, chapter):
 def test_untouched_notebook_scores_zero(corpus, chapter):
     _, rows, _ = corpus
     cells = graded_cells(rows, "blank", chapter)
-    assert len(cells) >= 4 and sum(float(r["score"]) for r in cells.values()) == 0
+    assert len(cells) == len(chapter_checks(chapter).CHECKS) and sum(float(r["score"]) for r in cells.values()) == 0
     # Told why: not done yet, or (a "find the bug" exercise, whose cell starts with the buggy code) the bug.
     silent = {c: r["message"] for c, r in cells.items() if not r["message"].strip()}
     assert not silent, f"a blank exercise should be told why it has no points: {silent}"
