@@ -1261,3 +1261,10 @@ def test_a_judges_partial_credit_becomes_part_of_the_cells_points():
     assert scores["part"] == (2.0, 6, "below the pass mark"), scores
     assert scores["fail"][:2] == (0.0, 6) and "wrong" in scores["fail"][2], scores
     assert scores["pass"] == (6, 6, ""), scores
+    # A cell graded after a partly credited one is judged as usual (its points are read after the partial credit).
+    both = [cells[0], {**cells[0], "index": 1, "probe": "after", "origin": "the graded check 'after'"}]
+    module = types.SimpleNamespace(CHECKS={"learn": Check(None, lambda seed, device: [], verdict(PartialCredit(0.5, "half"))),
+                                           "after": Check(None, lambda seed, device: [], verdict(None))}, SHORTCUT_NAMES={})
+    calls = {i: [types.SimpleNamespace(variable=None)] for i in (0, 1)}
+    graded = notebook.judge(both, {**by_cell, 1: by_cell[0]}, {}, calls, {}, module, {"learn": 6, "after": 4}, None)
+    assert [(s.grade_id, s.score, s.max_score) for s in graded] == [("learn", 3.0, 6), ("after", 4, 4)], graded

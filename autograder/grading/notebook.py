@@ -556,8 +556,8 @@ def judge(cells, by_cell, skip, calls_by_cell, solutions, checks_module, points,
         try:
             judge_with_replays(check, calls, records, rerun, function=check.function)
         except PartialCredit as part:  # the judge's own scale (e.g. the capstone's accuracy), before any failure
-            points = round(max_score * part.fraction, 2)
-            scores.append(CellScore(gid, points, max_score, explain_discarded_edits(str(part)[:2000], check, edits, cells)))
+            earned = round(max_score * part.fraction, 2)
+            scores.append(CellScore(gid, earned, max_score, explain_discarded_edits(str(part)[:2000], check, edits, cells)))
             continue
         except AssertionError as failure:
             scores.append(failed(str(failure)[:2000]))
