@@ -1,31 +1,32 @@
-"""Checks for chapter 10-capstone (work in progress: not yet in the registry, no notebook yet).
+"""Checks for chapter 10-capstone: the assembled model (MODEL), one training step (STEP) and the learning check
+(LEARNING), CHECKS by grade id.
 
 The learning check (LEARNING): the grader draws, from the grading seed, a probe batch and EVAL_N held-out sources
 (solutions.ch10_capstone's hash split: no make_batch(split="train") ever yields one). In the sandbox the
 course-given driver `learning_run` (a read-only cell of the notebook) builds the learner's CapstoneTransformer()
 after torch.manual_seed(seed), runs the leakage probe on it, trains it with the learner's
 train(model, BUDGET, torch.Generator().manual_seed(seed)) unless it leaks, and decodes the held-out sources twice
-with the learner's greedy_decode. Outside, the judge reads the raw results and decides:
+with the learner's greedy_decode; the course's make_batch counts the sequences train draws. Outside, the judge
+reads the raw results and decides (after the budget: more sequences drawn than BUDGET fail):
 1. leakage (a later decoder input changes an earlier output): "decoder without a causal mask", judged on the
    untrained model, before and instead of any training (a leaking notebook costs a second, not a training run);
-2. losses that are not finite or that end higher than they started: divergence, "no warm-up with a large
-   learning rate" named as the likely cause;
+2. losses that are not finite or that end more than RISE higher than they started: divergence, "no warm-up with
+   a large learning rate" named as the likely cause;
 3. two decodings of the same sources that differ: "the model left in train() mode at evaluation" (dropout on);
 4. exact match of the first decoding against the targets, computed here; the pass mark is PASS_MARK. Below it
    the message gives the accuracy and the likely cause the losses suggest.
 The budget is a number of training sequences (BUDGET), never seconds: the grade does not depend on the machine.
 
-The one-step check (STEP): the learner's train_step(model, optimizer, src, tgt, lengths, lr) on a small
-CapstoneTransformer with grader-set weights (autograder.checks.cases.Model, state_after=True) and Adam
-(cases.Optim), by value: the loss and every parameter after the step. Targets not shifted, padding counted in the
+The one-step check (STEP): the learner's train_step(model, optimizer, src, tgt, lengths, lr) on the course's
+StepModel (no attention: the learner's parts cost nothing here) with grader-set weights (cases.Model,
+state_after=True), one Adam and one SGD step (cases.Optim), by value: the loss and every parameter after the step. Targets not shifted, padding counted in the
 loss and a step without gradient clipping are named.
 
 Partial credit: below PASS_MARK the learning check gives a PartialCredit on CREDIT_SCALE (the grading path scores
 that fraction of the cell's points). Time: the chapter's LIMITS raise the sandbox's cell and notebook limits for a
 capstone notebook only (notebook.chapter_limits; the warm template serves it, the limits being per job).
 
-Still to come (issue 28): the module check of the assembled model, the exercise notebook (the chapter is not yet
-in autograder/source, so nothing grades it), and the GPU path (the driver builds the model on the CPU).
+On a GPU the driver moves the model built on the CPU to the grading device (not yet run on one).
 """
 
 import torch
