@@ -79,7 +79,7 @@ def stock_nbgrader(workdir: Path, chapters) -> tuple[float, dict]:
     per_chapter = {}
     for chapter in chapters:
         begun = time.perf_counter()
-        result = subprocess.run(["nbgrader", "autograde", chapter, "--force"], cwd=workdir, capture_output=True, text=True, env=env)
+        result = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", chapter, "--force"], cwd=workdir, capture_output=True, text=True, env=env)
         if result.returncode != 0:
             raise SystemExit(f"stock nbgrader autograde failed for {chapter}:\n{result.stderr[-3000:]}")
         per_chapter[chapter] = time.perf_counter() - begun
