@@ -18,6 +18,7 @@ A class's own settings (due dates, extensions, the late penalty) live in a TOML 
 """
 
 import importlib
+import json
 import os
 import re
 import sys
@@ -222,12 +223,36 @@ def alembic_head_in_process():
         return ScriptDirectory.from_config(Config(alembic_ini)).get_current_head()
 
 
+class SchemaCheckedOnce:
+    """What nbgrader's cell-metadata validator uses of jsonschema: `validate`, as jsonschema.validate (the same
+    validator class, the same error raised), except that the schema itself is checked against its metaschema once
+    per schema, not once per cell. nbgrader checks its own fixed schema again for every cell of every notebook it
+    releases or grades: 1.2 s of the 5.4 s nbgrader takes to release the nine chapters."""
+
+    _validators: dict = {}
+
+    @classmethod
+    def validate(cls, instance, schema):
+        import jsonschema
+
+        key = json.dumps(schema, sort_keys=True)
+        if key not in cls._validators:
+            validator_class = jsonschema.validators.validator_for(schema)
+            validator_class.check_schema(schema)
+            cls._validators[key] = validator_class(schema)
+        error = jsonschema.exceptions.best_match(cls._validators[key].iter_errors(instance))
+        if error is not None:
+            raise error
+
+
 def nbgrader_api(workdir: Path, cell_timeout: int = CELL_TIMEOUT_S, settings: CourseSettings | None = None, db_url: str | None = None):
     ensure_venv_on_path()
     import nbgrader.api
+    import nbgrader.nbgraderformat.common
     from nbgrader.apps import NbGraderAPI
 
     nbgrader.api.get_alembic_version = alembic_head_in_process
+    nbgrader.nbgraderformat.common.jsonschema = SchemaCheckedOnce
     from nbgrader.coursedir import CourseDirectory
 
     config = nbgrader_config(workdir, cell_timeout, settings, db_url)

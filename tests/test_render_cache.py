@@ -1,6 +1,8 @@
 """The grading run's cache of rendered instructor notebooks (autograder/authoring/build.py, render_cache_path): a
 rendering is reused only when everything it is made from is unchanged, and a damaged one is rendered again."""
 
+import json
+
 import nbformat
 import pytest
 
@@ -54,3 +56,69 @@ def test_a_damaged_cache_entry_is_rendered_again(counted, tmp_path):
     build.write_instructor_sources(tmp_path / "b", [CHAPTER], cache=cluster.checks_version)
     assert counted == [CHAPTER, CHAPTER], "a truncated rendering was used"
     nbformat.validate(nbformat.read(tmp_path / "b" / "source" / CHAPTER / "exercises.ipynb", as_version=4))
+
+
+# --- The release: a grading run does not release again a chapter that is current in its working directory ------
+
+
+@pytest.fixture
+def releases(monkeypatch, tmp_path):
+    """nbgrader's generate_assignment calls counted, by chapter; the rendering cache in a folder of its own."""
+    monkeypatch.setenv("COURSE_RENDER_CACHE", str(tmp_path / "cache"))
+    from autograder.config import nbgrader_api
+
+    api = nbgrader_api(tmp_path / "work")
+    calls = []
+    real = api.generate_assignment
+
+    def counting(chapter_id, **kwargs):
+        calls.append(chapter_id)
+        return real(chapter_id, **kwargs)
+
+    monkeypatch.setattr(api, "generate_assignment", counting)
+    return api, tmp_path / "work", calls
+
+
+def _release(api, workdir):
+    return build.generate_assignments(workdir, [CHAPTER], api, cache=cluster.checks_version, skip_current=True)
+
+
+def test_a_rerun_does_not_release_a_current_chapter_again(releases):
+    api, workdir, calls = releases
+    _release(api, workdir)
+    released = (workdir / "release" / CHAPTER / "exercises.ipynb").read_bytes()
+    _release(api, workdir)
+    assert calls == [CHAPTER], f"released {len(calls)} times with nothing changed"
+    assert (workdir / "release" / CHAPTER / "exercises.ipynb").read_bytes() == released
+
+
+def test_a_release_made_from_another_instructor_notebook_is_made_again(releases):
+    api, workdir, calls = releases
+    _release(api, workdir)
+    stamps = build._read_released(workdir)
+    stamps[CHAPTER]["source"] = "0" * 64  # as if released from an earlier version of the chapter
+    (workdir / build.RELEASED).write_text(json.dumps(stamps))
+    _release(api, workdir)
+    assert calls == [CHAPTER, CHAPTER], "a release made from another instructor notebook was kept"
+
+
+def test_a_gradebook_without_the_chapter_gets_it_released_again(releases):
+    api, workdir, calls = releases
+    _release(api, workdir)
+    (workdir / "gradebook.db").unlink()  # a new, empty gradebook (or one where the assignment was deleted)
+    _release(api, workdir)
+    assert calls == [CHAPTER, CHAPTER], "the release was skipped for a gradebook that does not hold the chapter"
+    from nbgrader.api import Gradebook
+
+    with Gradebook(api.coursedir.db_url) as gradebook:
+        assert gradebook.find_notebook("exercises", CHAPTER).grade_cells
+
+
+def test_a_removed_release_is_made_again_and_the_build_always_releases(releases):
+    api, workdir, calls = releases
+    _release(api, workdir)
+    (workdir / "release" / CHAPTER / "exercises.ipynb").unlink()
+    _release(api, workdir)
+    build.generate_assignments(workdir, [CHAPTER], api, cache=cluster.checks_version)  # the build: skip_current off
+    assert calls == [CHAPTER, CHAPTER, CHAPTER]
+    assert (workdir / "release" / CHAPTER / "exercises.ipynb").is_file()

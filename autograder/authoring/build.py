@@ -581,15 +581,61 @@ def _read_cached(path: Path | None) -> str | None:
         return None
 
 
-def generate_assignments(workdir: Path, chapters=None, api=None, cache=None) -> list[str]:
-    """Instructor sources -> nbgrader generate_assignment (fills the gradebook) -> <workdir>/release/."""
+RELEASED = "released.json"  # in the working directory: what each chapter's release was made from (_release_stamp)
+
+
+def generate_assignments(workdir: Path, chapters=None, api=None, cache=None, skip_current=False) -> list[str]:
+    """Instructor sources -> nbgrader generate_assignment (fills the gradebook) -> <workdir>/release/.
+
+    skip_current (grading runs): a chapter released before in this working directory from the same instructor
+    notebook, into the same gradebook, which still holds it, is not released again (nbgrader takes about 0.4 s a
+    chapter, paid by every rerun of one student otherwise)."""
     chapters = write_instructor_sources(workdir, chapters, cache=cache)
     api = api or nbgrader_api(workdir)
+    stamps = _read_released(workdir)
     for chapter_id in chapters:
+        stamp = _release_stamp(workdir, chapter_id, api.coursedir.db_url)
+        if skip_current and stamp is not None and stamps.get(chapter_id) == stamp and _in_gradebook(api.coursedir.db_url, chapter_id):
+            continue
+        if stamps.pop(chapter_id, None) is not None:  # no stamp of the old release while it is replaced
+            atomic_write(workdir / RELEASED, json.dumps(stamps, indent=1, sort_keys=True))
         result = api.generate_assignment(chapter_id, force=True, create=True)
         if not result["success"]:
             raise BuildError(f"nbgrader generate_assignment failed for {chapter_id}:\n{result['error']}\n{result['log']}")
+        stamps[chapter_id] = _release_stamp(workdir, chapter_id, api.coursedir.db_url)
+        atomic_write(workdir / RELEASED, json.dumps(stamps, indent=1, sort_keys=True))
     return chapters
+
+
+def _read_released(workdir: Path) -> dict:
+    try:
+        stamps = json.loads((Path(workdir) / RELEASED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return stamps if isinstance(stamps, dict) else {}
+
+
+def _release_stamp(workdir: Path, chapter_id: str, db_url: str) -> dict | None:
+    """The instructor notebook's and the released notebook's hashes and the gradebook URL's (None: not released)."""
+    import hashlib
+
+    files = [Path(workdir) / kind / chapter_id / f"{registry.NOTEBOOK}.ipynb" for kind in ("source", "release")]
+    try:
+        source, release = (hashlib.sha256(path.read_bytes()).hexdigest() for path in files)
+    except OSError:
+        return None
+    return {"source": source, "release": release, "gradebook": hashlib.sha256(db_url.encode()).hexdigest()[:16]}  # no password kept
+
+
+def _in_gradebook(db_url: str, chapter_id: str) -> bool:
+    """Does the gradebook hold the chapter's notebook with its graded cells (generate_assignment's records)?"""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    try:
+        with Gradebook(db_url) as gradebook:
+            return len(gradebook.find_notebook(registry.NOTEBOOK, chapter_id).grade_cells) > 0
+    except MissingEntry:
+        return False
 
 
 def normalized_json(nb) -> str:

@@ -390,12 +390,13 @@ def _who(workers, options: GradeOptions) -> str:
 
 
 def _release(workdir: Path, selected, api) -> dict:
-    """nbgrader generate_assignment for the chapters graded (the trusted templates); {chapter: what a saved result
+    """nbgrader generate_assignment for the chapters graded (the trusted templates; a chapter already released here
+    from the same instructor notebook into the same gradebook is kept as it is); {chapter: what a saved result
     must have been graded with to be kept: the released notebook's hash + the chapter's checks fingerprint}. A fix
     to a chapter's hidden checks (or solutions, or grading code) therefore regrades that chapter on the next run."""
     graded_chapters = sorted({s.chapter for s in selected})
     if graded_chapters:
-        generate_assignments(workdir, graded_chapters, api, cache=cluster.checks_version)
+        generate_assignments(workdir, graded_chapters, api, cache=cluster.checks_version, skip_current=True)
     return {chapter: f"{_release_hash(workdir, chapter)}+checks:{cluster.checks_version(chapter)}" for chapter in graded_chapters}
 
 
