@@ -120,6 +120,7 @@ def main(argv=None):
 
         return check.main(args.notebook, seed=args.seed, chapter=args.chapter, device=args.device, cell_timeout=args.cell_timeout)
 
+    early = _start_cluster_early(args) if args.command == "grade" else None
     from autograder.grading.faults import Fault
     from autograder.grading.grade import EXIT_BUSY, EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
     from autograder.grading.lock import WorkdirBusy
@@ -133,7 +134,7 @@ def main(argv=None):
                 allow_unsandboxed=args.allow_unsandboxed, restart=args.restart, memory_mb=args.memory_mb,
                 notebook_memory_mb=args.notebook_memory_mb, notebook_timeout=args.notebook_timeout,
                 only=args.only, chapters=args.chapter, course_config=args.course_config, db=args.db, scheduler=args.scheduler,
-                take_latest=args.take_latest,
+                take_latest=args.take_latest, early=early,
             )
             outcome = grade(args.submissions, args.workdir, options)
             return outcome.exit_status
@@ -154,7 +155,31 @@ def main(argv=None):
         return EXIT_FAULT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    finally:
+        if early is not None:
+            early.close()  # grade() closes it; here only if grade() was never reached
     return EXIT_USAGE
+
+
+def _start_cluster_early(args):
+    """The embedded cluster, begun before the grader's imports (torch, nbgrader: about 3.5 s on one core) so that its
+    workers import and start on the other cores meanwhile: only for a run that will most likely use it (two or more
+    notebooks to grade, cluster.early_start_wanted) and whose device is known without importing torch (--device,
+    the working directory's run, or a machine with no NVIDIA driver). None otherwise: grade() decides as usual."""
+    import json
+
+    from autograder.grading import cluster
+
+    if args.scheduler or not args.submissions.is_dir():
+        return None
+    try:
+        state = {} if args.restart else json.loads((args.workdir / "run-state.json").read_text())
+    except (OSError, ValueError):
+        state = {}
+    device = args.device or (state.get("device") if isinstance(state, dict) else None) or (None if Path("/proc/driver/nvidia").exists() else "cpu")
+    if device is None or not cluster.early_start_wanted(args.submissions, args.workdir, args.only, args.chapter, args.restart):
+        return None
+    return cluster.EarlyStart(args.workers or os.cpu_count() or 1, device)
 
 
 SERVER_STOP_S = 30  # how long the formgrader's server may take to stop after Ctrl-C before it is killed
@@ -208,5 +233,21 @@ def formgrader(workdir: Path, ip: str, port: int, db: str | None = None) -> int:
     return report(workdir, db=db_url)
 
 
+def exit_now(status: int):
+    """End the command: the exit handlers (warm templates, temporary folders) run, the output is flushed, and the
+    process ends without Python's teardown of its modules, which takes a second or more once torch, sympy and
+    nbgrader are loaded (every file is written and closed by then; no thread of the command is left working)."""
+    import atexit
+    import threading
+
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -334,6 +334,15 @@ def _knock(address: str):
         socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
 
 
+def prepare_worker() -> bool:
+    """On a worker, as soon as it runs: import the grading code (torch with it) and what the judge's first call
+    imports (notebook.prepare_judge), while the coordinator is still importing and releasing."""
+    from autograder.grading import notebook
+
+    notebook.prepare_judge()
+    return True
+
+
 def warm_up(limits) -> str:
     """On a worker: start its warm template before its first notebook (the host's own sandbox, as run_job uses)."""
     from autograder.grading import warm
@@ -341,39 +350,81 @@ def warm_up(limits) -> str:
     return warm.prestart(_host_sandbox(), limits)
 
 
+def early_start_wanted(submissions: Path, workdir: Path, only=None, chapters=None, restart=False) -> bool:
+    """Is the embedded cluster worth starting before the grader has imported anything heavy (the CLI's call, before
+    grade.py)? A quick look, before intake's: two or more notebooks <student>/<chapter>/exercises.ipynb in the
+    selection, and one of them without a result in the working directory (or --only/--chapter/--restart, which
+    regrade). A wrong guess costs time only: grade() closes a cluster it does not use, or starts one itself."""
+    import unicodedata
+
+    only = {unicodedata.normalize("NFC", name) for name in only or ()}
+    try:
+        notebooks = [p for p in Path(submissions).glob(f"*/*/{registry.NOTEBOOK}.ipynb")
+                     if (not only or unicodedata.normalize("NFC", p.parent.parent.name) in only) and (not chapters or p.parent.name in chapters)]
+    except OSError:
+        return False
+    if len(notebooks) < 2:
+        return False
+    return bool(only or chapters or restart) or any(not (Path(workdir) / "results" / p.parent.parent.name / f"{p.parent.name}.json").exists()
+                                                    for p in notebooks)
+
+
 class EarlyStart:
-    """The embedded cluster started in a thread, with each worker's warm template, while the grader prepares the
-    run (nbgrader's release of the chapters, a few seconds per run): `grading()` waits for it; `close()` stops it.
+    """The embedded cluster started in a thread while the grader prepares the run (its imports, nbgrader's release
+    of the chapters: seconds): each worker imports the grading code at once (prepare_worker) and, once `use(settings)`
+    gives the run's settings, starts its warm template. `grading()` waits for it; `close()` stops it (once).
     On two cores the preparation and the workers' start (Python, torch, the template) overlap."""
 
-    def __init__(self, workers, settings, out=sys.stdout):
-        self._context = connect(None, workers, settings.device, out)
-        self._grading, self._error = None, None
-        self._thread = threading.Thread(target=self._start, args=(settings,), name="course-early-start", daemon=True)
+    def __init__(self, workers, device, out=sys.stdout):
+        self.workers, self.device = workers, device
+        self._context = connect(None, workers, device, out)
+        self._grading, self._error, self._settings, self._closed = None, None, None, False
+        self._given = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._start, name="course-early-start", daemon=True)
         self._thread.start()
 
-    def _start(self, settings):
+    def matches(self, workers, device) -> bool:
+        return (self.workers, self.device) == (workers, device) and not self._closed
+
+    def use(self, settings):
+        """The run's settings: each worker starts its warm template with them."""
+        self._settings = settings
+        self._given.set()
+
+    def _submit_each(self, function, *args):
+        futures = [self._grading.client.submit(function, *args, workers=[address], pure=False, key=f"{function.__name__}-{uuid.uuid4().hex[:8]}")
+                   for address in self._grading.workers()]
+        self._grading.client.gather(futures, errors="skip")  # a worker that fails here: its jobs say why
+
+    def _start(self):
         try:
             self._grading = self._context.__enter__()
-            if settings.sandbox_mode != "none" and not settings.device.startswith("cuda"):
-                addresses = list(self._grading.workers())
-                futures = [self._grading.client.submit(warm_up, settings.limits, workers=[address], pure=False,
-                                                       key=f"warm-up-{uuid.uuid4().hex[:8]}") for address in addresses]
-                self._grading.client.gather(futures, errors="skip")  # a template that cannot start: its jobs run cold
+            self._submit_each(prepare_worker)
+            self._given.wait()
+            settings = self._settings
+            if settings is not None and settings.sandbox_mode != "none" and not settings.device.startswith("cuda"):
+                self._submit_each(warm_up, settings.limits)  # a template that cannot start: its jobs run cold
         except BaseException as exc:  # said when the grader asks for the cluster
             self._error = exc
 
     def grading(self) -> "Grading":
+        self._given.set()
         self._thread.join()
         if self._error is not None:
             raise self._error
         return self._grading
 
     def close(self):
-        self._thread.join()
-        if self._grading is not None:
-            self._context.__exit__(None, None, None)
-            self._grading = None
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._given.set()
+            self._thread.join()
+            if self._grading is not None:
+                self._context.__exit__(None, None, None)
+                self._grading = None
 
 
 class Grading:
@@ -427,9 +478,10 @@ def _grade_here(sub, settings, workdir: Path, before_submit, started, out):
     """One notebook on one machine, graded by this process with the run_job a worker runs (the same sandbox, warm
     template and judge): a cluster's start (a scheduler, worker processes importing torch: seconds) brings nothing to
     a single job, such as the rerun of one student with --only."""
-    from autograder.grading import warm
+    from autograder.grading import notebook, warm
 
     print("Grading in this process (one notebook: no cluster is started).", file=out, flush=True)
+    notebook.prepare_judge()  # while its template starts (grade.py starts it early)
     if before_submit is not None:
         before_submit(sub)
     job = make_job(workdir, sub, settings, {})

@@ -34,6 +34,7 @@ import secrets
 import shutil
 import signal
 import sys
+import threading
 import time
 import unicodedata
 import warnings
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from autograder.grading import cluster, faults, history, intake, lock, sandbox
+from autograder.grading import cluster, faults, history, intake, lock, sandbox, warm
 from autograder import registry
 from autograder.reporting import reports
 from autograder.reporting import gradebook as gradebook_db
@@ -229,6 +230,7 @@ class GradeOptions:
     db: str | None = None  # gradebook URL (default: SQLite in the working directory)
     scheduler: str | None = None  # a running Dask scheduler's address
     take_latest: bool = False  # a resubmission that cannot be graded replaces a graded earlier version
+    early: object | None = None  # cluster.EarlyStart begun by the CLI before the grader's imports; grade() uses or closes it
 
 
 @dataclass
@@ -259,8 +261,12 @@ def grade(submissions: Path, workdir: Path, options: GradeOptions | None = None,
             raise UsageError(f"{submissions} is an archive, not a folder: unpack it first ({intake.unpack_command(submissions)}) "
                              f"and grade the folder {folder}")
         raise UsageError(f"{submissions} is not a folder of submissions (<student>/<chapter-id>/{registry.NOTEBOOK}.ipynb)")
-    with faults.guard(workdir, options.db), lock.hold(workdir, "grade"):
-        return _grade(submissions, workdir, options, out)
+    try:
+        with faults.guard(workdir, options.db), lock.hold(workdir, "grade"):
+            return _grade(submissions, workdir, options, out)
+    finally:
+        if options.early is not None:
+            options.early.close()  # a cluster the CLI began for a run that stopped before using it (once only)
 
 
 def _grade(submissions: Path, workdir: Path, options: GradeOptions, out) -> Outcome:
@@ -270,10 +276,20 @@ def _grade(submissions: Path, workdir: Path, options: GradeOptions, out) -> Outc
     _check_sandbox(found, settings)
     _announce_run(submissions, found, settings, workers, options, out)
     # The embedded cluster and its workers' templates start while the chapters are released (one core each); one
-    # notebook is graded by this process itself (cluster.grade_all). A rerun whose notebooks all have a result
-    # (most likely nothing to grade) starts none early: grade_all starts one if some notebook still needs it.
-    ungraded = [s for s in found.selected if options.restart or not reports.result_path(workdir, s.student, s.chapter).exists()]
-    early = cluster.EarlyStart(workers, settings, out) if len(found.selected) > 1 and ungraded and not options.scheduler else None
+    # notebook is graded by this process itself (cluster.grade_all), its template started now. A rerun whose
+    # notebooks all have a result (most likely nothing to grade) starts none early: grade_all starts one if some
+    # notebook still needs it; --only and --chapter regrade their selection, so they start it.
+    to_grade = found.forced or options.restart or any(not reports.result_path(workdir, s.student, s.chapter).exists() for s in found.selected)
+    early = options.early  # started by the CLI before its imports (cluster.early_start_wanted), if it guessed right
+    if early is not None and not (len(found.selected) > 1 and to_grade and not options.scheduler and early.matches(workers, settings.device)):
+        early.close()
+        early = None
+    if early is None and len(found.selected) > 1 and to_grade and not options.scheduler:
+        early = cluster.EarlyStart(workers, settings.device, out)
+    if early is not None:
+        early.use(settings)
+    if len(found.selected) == 1 and to_grade and not options.scheduler:
+        warm.start_early(settings.sandbox_mode, settings.limits)
     try:
         api = nbgrader_api(workdir, options.cell_timeout, found.settings_file, found.db_url)
         releases = _release(workdir, found.selected, api)
@@ -281,10 +297,19 @@ def _grade(submissions: Path, workdir: Path, options: GradeOptions, out) -> Outc
         done, todo = _already_graded(workdir, found, options, settings, releases, changes, out)
         results, unsaved, reviews, interrupted, elapsed = _grade_jobs(workdir, found, todo, done, settings, workers, releases, options,
                                                                       changes, out, early)
-    finally:
+    except BaseException:
         if early is not None:
             early.close()
-    return _finish(workdir, found, results, done, unsaved, reviews, interrupted, elapsed, settings, workers, api, options, changes, out)
+        raise
+    # The embedded cluster stops (its workers close their templates: about a second) while the reports are written.
+    closing = threading.Thread(target=early.close, name="course-cluster-close") if early is not None else None
+    if closing is not None:
+        closing.start()
+    try:
+        return _finish(workdir, found, results, done, unsaved, reviews, interrupted, elapsed, settings, workers, api, options, changes, out)
+    finally:
+        if closing is not None:
+            closing.join()
 
 
 def _discover(submissions: Path, workdir: Path, options: GradeOptions, out) -> _Found:

@@ -657,6 +657,14 @@ def inputs_seed(run_seed: int, student: str, chapter: str, cells) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+def prepare_judge():
+    """Import now what the judge's first call imports: its meta-device pass runs torch's Python decompositions,
+    whose first call imports torch._dynamo (and sympy with it), about 2 s. A grading worker does it while the run is
+    prepared, and the grading process's single notebook while its template starts, instead of in the first
+    notebook's grading time."""
+    import torch._dynamo  # noqa: F401
+
+
 def grade_submission(student: str, chapter: str, notebook: Path, settings: Settings) -> Result:
     """Grade one notebook; write its autograded copy and feedback. Never raises for a bad submission."""
     start = time.perf_counter()

@@ -34,6 +34,7 @@ FORK_TIMEOUT_S = 30  # from the request to the child's pid
 EXIT_TIMEOUT_S = 15  # from the runner's last record to the child's exit
 _templates: dict = {}  # native thread id -> Template (one per grading worker thread)
 _cold_reasons: dict = {}  # (mode, limits) -> why this host runs cold, said once
+_starting: dict = {}  # native thread id -> the thread starting that thread's template (start_early)
 
 
 def cold_reason(sandbox_mode: str, limits) -> str | None:
@@ -85,6 +86,12 @@ class Template:
 
     def start(self) -> str | None:
         """Start the template; None when it is ready to fork, else why it cannot be used on this host."""
+        self.launch()
+        return self.ready()
+
+    def launch(self):
+        """Start the template's process, from the thread that grades with it: bubblewrap ends the sandbox with the
+        thread that started it (--die-with-parent), so this must not run in a thread that ends before the grading."""
         child_limits = {"memory_bytes": self.limits.memory_bytes, "file_bytes": self.limits.file_bytes,
                         "cpu_seconds": _cpu_seconds(self.limits), "tmp_bytes": self.limits.tmp_bytes}
         argv, env = sandbox.command(self.folder, self.mode, self.limits, mount_at="/template",
@@ -97,6 +104,9 @@ class Template:
                                          preexec_fn=sandbox.set_limits(self.limits, self.mode, cpu=False))
         finally:
             theirs.close()
+
+    def ready(self) -> str | None:
+        """Wait for the launched template: None when it is ready to fork, else why it cannot be used on this host."""
         ready = self._message(time.monotonic() + START_TIMEOUT_S)
         if ready is None or ready.get("event") != "ready":
             self.close()
@@ -267,10 +277,13 @@ def _host_pid(pid, pidns) -> int | None:
 
 def _template(sandbox_mode: str, limits) -> tuple[Template | None, str | None]:
     """This worker thread's template for these settings, started if needed: (template, None) or (None, why not)."""
+    me = threading.get_native_id()
+    starting = _starting.pop(me, None)
+    if starting is not None:  # start_early's start of this thread's template: wait for it
+        starting.join()
     why = cold_reason(sandbox_mode, limits)
     if why:
         return None, why
-    me = threading.get_native_id()
     template = _templates.get(me)
     if template is not None and (template.key != _key(sandbox_mode, limits) or not template.alive()):
         template.close()
@@ -283,6 +296,29 @@ def _template(sandbox_mode: str, limits) -> tuple[Template | None, str | None]:
             return None, why
         _templates[me] = template
     return template, None
+
+
+def start_early(sandbox_mode: str, limits):
+    """Start the calling thread's template in the background and return at once: the grading process's own single
+    notebook (an --only rerun) then has its template's bubblewrap, Python and `import torch` run beside the
+    grader's preparation and its import of the chapter's checks, not after them. Its first run waits for it."""
+    me = threading.get_native_id()
+    if cold_reason(sandbox_mode, limits) or me in _templates or me in _starting:
+        return
+
+    template = Template(sandbox_mode, limits)
+    template.launch()  # here: the sandbox lives as long as the thread that started it
+
+    def wait():
+        why = template.ready()
+        if why:
+            _cold_reasons[_key(sandbox_mode, limits)] = why
+        else:
+            _templates[me] = template
+
+    thread = threading.Thread(target=wait, name="course-template-start", daemon=True)
+    _starting[me] = thread
+    thread.start()
 
 
 def prestart(sandbox_mode: str, limits) -> str:
@@ -325,6 +361,9 @@ def run_job(job_dir: Path, sandbox_mode: str, limits) -> sandbox.Outcome:
 
 @atexit.register
 def close_all():
+    for starting in list(_starting.values()):  # a template still starting is closed once it has started
+        starting.join()
+    _starting.clear()
     for template in list(_templates.values()):
         template.close()
     _templates.clear()
