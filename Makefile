@@ -96,10 +96,10 @@ notebooks: $(VENV)/.installed
 grade-demo: $(VENV)/.installed sandbox-tools
 	$(BIN)/python -m autograder grade autograder/demo --workdir grading/demo
 
-# Stock nbgrader autograde, and our grader started warm (the default) and cold, with all cores,
-# on the same 36 submissions, four of each chapter (scripts/bench_grading.py).
+# Stock nbgrader autograde, and our grader started warm (the default, with all cores and with one) and cold,
+# on the same 36 submissions, four of each chapter, and reruns of one student (scripts/bench_grading.py).
 bench: $(VENV)/.installed sandbox-tools
-	$(BIN)/python scripts/bench_grading.py -n 36 --no-pool --no-one-worker
+	$(BIN)/python scripts/bench_grading.py -n 36 --no-pool
 
 # The prepared GPU check (scripts/gpu_check.py; guides/instructors.md, "Grading on a GPU"). gpu-bundle runs here,
 # with a package index, and writes .gpu-bundle/ (about 40 MiB, ignored by git, carried to the GPU machine);

@@ -2,7 +2,7 @@
 it replaced, and stock nbgrader, in one run on the same submissions.
 
     python scripts/bench_grading.py [-n 36] [--chapter ID ...] [--workers N] [--no-stock] [--no-pool] [--no-one-worker]
-        [--no-cold]
+        [--no-cold] [--no-only]
 
 The submissions cycle through the chapters (default: every chapter with exercises whose checks train nothing, a mixed
 batch; the capstone with --chapter 10-capstone) and,
@@ -17,7 +17,9 @@ in one run on one machine (each of ours in a process of its own, as an instructo
 3. the same grader with the plain process pool it used before Dask (`pool_grade_all` below, kept here only to
    measure what the Dask layer costs: cluster start, shipping each job and its files, the scheduler);
 4. the same grader started cold (COURSE_WARM=off: a fresh sandbox, Python and `import torch` per notebook) beside
-   the default warm start (each notebook forked from the worker's template, autograder/grading/warm.py).
+   the default warm start (each notebook forked from the worker's template, autograder/grading/warm.py);
+5. an instructor's rerun of one student after a fix (`grade --only STUDENT` in the default run's working directory,
+   the rest graded), for one student of the cheapest, a middle and the dearest chapter.
 Seconds per notebook per chapter are given for each (stock: its per-chapter command's time over the chapter's
 notebooks; ours: each notebook's time in one worker, from its result). The cache of rendered instructor notebooks is
 filled before the runs (as on every run after an instructor's first); stock nbgrader's time does not include the
@@ -164,6 +166,23 @@ def run_ours(submissions: Path, workdir: Path, workers: int, pool=False, cold=Fa
     return {"total": total, "grading": run["seconds"], "results": results, "scores": {(r.student, r.chapter): r.score for r in results}}
 
 
+def only_reruns(submissions: Path, workdir: Path, students) -> list[tuple[str, str, float]]:
+    """An instructor's rerun of one student after a fix: `grade --only STUDENT` in the working directory of the
+    default run (everything else graded), each as its own command; (student, chapter, seconds of the whole command)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    times = []
+    for student in students:
+        chapter = next(p.name for p in (submissions / student).iterdir())
+        command = [sys.executable, "-m", "autograder", "grade", str(submissions), "--workdir", str(workdir), "--only", student]
+        start = time.perf_counter()
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(f"--only {student} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        times.append((student, chapter, seconds))
+    return times
+
+
 def cluster_start_stop(workers: int) -> float:
     """Seconds to start and stop the embedded cluster with nothing to grade, in a fresh process like the CLI's."""
     code = ("import time; from autograder.grading import cluster; t = time.perf_counter()\n"
@@ -213,6 +232,7 @@ def main():
     parser.add_argument("--no-pool", action="store_true", help="skip the old process pool (the Dask layer's cost)")
     parser.add_argument("--no-one-worker", action="store_true", help="skip the 1-worker run (the scaling efficiency)")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold-start run (a fresh sandbox per notebook)")
+    parser.add_argument("--no-only", action="store_true", help="skip the reruns of one student with --only")
     args = parser.parse_args()
     chapters = args.chapter or [c for c in registry.graded_chapters() if not _trains(c)]
     n_workers = args.workers or os.cpu_count() or 1
@@ -236,6 +256,14 @@ def main():
         if not args.no_pool:
             runs["pool-N"] = run_ours(submissions, Path(tmp) / "pool-N", n_workers, pool=True)
         ours = runs["dask-N"]
+        if not args.no_only:
+            # One student of each of three chapters (the cheapest, a middle one, the dearest per notebook in one worker).
+            by_chapter = {}
+            for r in ours["results"]:
+                by_chapter.setdefault(r.chapter, []).append(r)
+            costs = sorted(by_chapter, key=lambda c: sum(r.seconds for r in by_chapter[c]) / len(by_chapter[c]))
+            picked = [by_chapter[c][0].student for c in (costs[0], costs[len(costs) // 2], costs[-1])]
+            reruns = only_reruns(submissions, Path(tmp) / "dask-N", dict.fromkeys(picked))
         for name, run in runs.items():
             if run["scores"] != ours["scores"]:
                 same = False
@@ -264,6 +292,9 @@ def main():
                          f"({(ours['total'] - pool['total']) / args.n:+.2f} s per notebook)")
             lines.append(f"  of which starting and stopping the embedded cluster ({n_workers} workers, nothing graded): {fixed:.1f} s; "
                          f"the rest, per notebook: {per_job:+.3f} s")
+        if not args.no_only:
+            lines.append("rerun of one student, the rest graded (`grade --only STUDENT`, the whole command): "
+                         + ", ".join(f"{student} ({chapter}) {seconds:.1f} s" for student, chapter, seconds in reruns))
         stock_per_chapter = {}
         if not args.no_stock:
             stock, stock_scores, stock_per_chapter = stock_nbgrader(Path(tmp) / "dask-N", sorted({c for _, c in ours["scores"]}))

@@ -475,3 +475,26 @@ def test_the_gradebook_is_stamped_with_the_revision_nbgrader_itself_reads(tmp_pa
     nbgrader_api(tmp_path).gradebook.close()
     with sqlite3.connect(tmp_path / "gradebook.db") as db:
         assert db.execute("select version_num from alembic_version").fetchall() == [(head,)]
+
+
+def test_the_clis_early_cluster_is_begun_only_for_a_run_that_will_grade_two_or_more(tmp_path):
+    """cluster.early_start_wanted, the CLI's quick look before its imports: two or more notebooks in the selection
+    and one of them without a result (or a selection or --restart, which regrade); never for one notebook (the
+    grading process grades it itself) or a rerun with everything graded."""
+    from autograder.grading.cluster import early_start_wanted
+
+    folder, workdir = tmp_path / "in", tmp_path / "work"
+    for student, chapter in (("ana", "02-qkv-attention"), ("bo", "02-qkv-attention"), ("bo", "05-masks")):
+        (folder / student / chapter).mkdir(parents=True)
+        (folder / student / chapter / "exercises.ipynb").write_text("{}")
+    assert early_start_wanted(folder, workdir)
+    assert not early_start_wanted(folder, workdir, only=["ana"]), "one notebook is graded in the grading process"
+    assert early_start_wanted(folder, workdir, only=["bo"])
+    assert not early_start_wanted(folder, workdir, chapters=["05-masks"])
+    assert not early_start_wanted(tmp_path / "missing", workdir)
+    for student, chapter in (("ana", "02-qkv-attention"), ("bo", "02-qkv-attention"), ("bo", "05-masks")):
+        (workdir / "results" / student).mkdir(parents=True, exist_ok=True)
+        (workdir / "results" / student / f"{chapter}.json").write_text("{}")
+    assert not early_start_wanted(folder, workdir), "a rerun with every notebook graded starts no cluster early"
+    assert early_start_wanted(folder, workdir, restart=True)
+    assert early_start_wanted(folder, workdir, chapters=["02-qkv-attention"]), "a selection regrades"

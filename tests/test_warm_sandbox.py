@@ -292,6 +292,26 @@ def test_a_chapters_longer_time_limit_is_served_by_the_same_warm_template(tmp_pa
     warm.close_all()
 
 
+def test_a_template_started_early_serves_the_thread_that_started_it(tmp_path):
+    """warm.start_early (the grading process's single notebook, an --only rerun) returns at once and its template
+    serves this thread's first notebook warm: the template must outlive the helper thread that waits for it to be
+    ready (bubblewrap ends a sandbox with the thread that started it, --die-with-parent)."""
+    import time
+
+    from autograder.grading import warm
+
+    warm.close_all()
+    limits, mode = sandbox.Limits(cell_seconds=5, notebook_seconds=20), sandbox.mode()
+    began = time.monotonic()
+    warm.start_early(mode, limits)
+    assert time.monotonic() - began < 1.0, "start_early waited for the template to start"
+    time.sleep(0.5)  # the helper thread may finish before the first job: the template must stay
+    first = warm.run_job(_job(tmp_path, "print('served')"), mode, limits)
+    assert (first.status, first.start, _printed(first)) == ("finished", "warm", ["served"]), first
+    assert len(warm._templates) == 1, "a second template was started beside the early one"
+    warm.close_all()
+
+
 def test_a_chapter_can_raise_its_time_limits_but_nothing_else():
     import types
 
