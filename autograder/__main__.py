@@ -236,13 +236,13 @@ def formgrader(workdir: Path, ip: str, port: int, db: str | None = None) -> int:
 def exit_now(status: int):
     """End the command: the exit handlers (warm templates, temporary folders) run, the output is flushed, and the
     process ends without Python's teardown of its modules, which takes a second or more once torch, sympy and
-    nbgrader are loaded (every file is written and closed by then; no thread of the command is left working)."""
+    nbgrader are loaded (every file is written and closed by then). Where a thread other than a daemon is still
+    alive, Python's own exit runs instead: it stops and waits for such threads as usual."""
     import atexit
     import threading
 
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    if any(thread is not threading.current_thread() and not thread.daemon and thread.is_alive() for thread in threading.enumerate()):
+        sys.exit(status)
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

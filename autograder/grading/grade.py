@@ -288,7 +288,8 @@ def _grade(submissions: Path, workdir: Path, options: GradeOptions, out) -> Outc
         early = cluster.EarlyStart(workers, settings.device, out)
     if early is not None:
         early.use(settings)
-    if len(found.selected) == 1 and to_grade and not options.scheduler:
+    single = len(found.selected) == 1 and to_grade and not options.scheduler
+    if single:
         warm.start_early(settings.sandbox_mode, settings.limits)
     try:
         api = nbgrader_api(workdir, options.cell_timeout, found.settings_file, found.db_url)
@@ -300,6 +301,8 @@ def _grade(submissions: Path, workdir: Path, options: GradeOptions, out) -> Outc
     except BaseException:
         if early is not None:
             early.close()
+        if single:
+            warm.close_all()  # the template started for the one notebook (grade_all closes it once it has graded)
         raise
     # The embedded cluster stops (its workers close their templates: about a second) while the reports are written.
     closing = threading.Thread(target=early.close, name="course-cluster-close") if early is not None else None
