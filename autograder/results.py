@@ -124,6 +124,11 @@ def _naming(exc: OSError, path: Path) -> OSError:
     return OSError(exc.errno, exc.strerror or str(exc), str(path))
 
 
+def result_path(workdir: Path, student: str, chapter: str) -> Path:
+    """Where a notebook's saved result lives in a grading working directory (reports.save_result writes it)."""
+    return Path(workdir) / "results" / student / f"{chapter}.json"
+
+
 def atomic_write(path: Path, text: str):
     with atomic_open(path) as f:
         f.write(text)

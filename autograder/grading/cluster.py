@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import registry
-from autograder.results import Result, Settings, atomic_write
+from autograder.results import Result, Settings, atomic_write, result_path
 
 SCHEDULER_PORT = 8786  # Dask's own default
 # Dask's allowed-failures of the embedded cluster: a notebook whose grading worker dies this often + 1 is given up.
@@ -365,8 +365,7 @@ def early_start_wanted(submissions: Path, workdir: Path, only=None, chapters=Non
         return False
     if len(notebooks) < 2:
         return False
-    return bool(only or chapters or restart) or any(not (Path(workdir) / "results" / p.parent.parent.name / f"{p.parent.name}.json").exists()
-                                                    for p in notebooks)
+    return bool(only or chapters or restart) or any(not result_path(workdir, p.parent.parent.name, p.parent.name).exists() for p in notebooks)
 
 
 class EarlyStart:

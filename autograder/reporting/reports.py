@@ -22,17 +22,13 @@ from nbgrader.plugins import ExportPlugin
 
 from autograder import registry
 from autograder.reporting.feedback import refresh_feedback
-from autograder.results import CellScore, Result, Skipped, atomic_open, atomic_write
+from autograder.results import CellScore, Result, Skipped, atomic_open, atomic_write, result_path
 
 SKIPPED_FILE = "skipped.json"
 GRADED_STATUSES = ("graded",)
 
 
 # --- The working directory's state ---------------------------------------------------------------------
-
-
-def result_path(workdir: Path, student: str, chapter: str) -> Path:
-    return Path(workdir) / "results" / student / f"{chapter}.json"
 
 
 def save_result(workdir: Path, result: Result, input_sha256: str, release: str, intake: dict):
