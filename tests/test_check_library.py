@@ -409,6 +409,43 @@ def test_meta_pass_catches_a_cpu_tensor_that_matmul_silently_accepts():
     run_local(function_check(cumulative_mean, _x_cases, ("y",)), cumulative_mean, seed=SEED, device="cpu")
 
 
+REFERENCE_DEVICES = []  # the devices the references below were called on (the judge's side)
+
+
+def row_sums_seen(x):
+    REFERENCE_DEVICES.append(x.device.type)
+    return x.sum(-1)
+
+
+class AffineSeen(Affine):
+    def forward(self, x):
+        REFERENCE_DEVICES.append(x.device.type)
+        return super().forward(x)
+
+
+def test_the_meta_pass_takes_the_references_shapes_from_the_cpu_and_still_fails_a_wrong_shape():
+    """The judge compares a meta call's results by shape only, and takes the reference's shapes from the same inputs
+    on the CPU (judge.shapes_from): torch's meta kernels are Python decompositions, about 6 times slower, and their
+    first call imports torch._dynamo. A result of the wrong shape, or off 'meta', still fails there."""
+    rows = function_check(row_sums_seen, lambda seed: [Case("x (3, 4)", (torch.arange(12.0).reshape(3, 4),))], ("sums",))
+    REFERENCE_DEVICES.clear()
+    run_local(rows, lambda x: x.sum(-1), seed=SEED, device="cpu")
+    assert REFERENCE_DEVICES and set(REFERENCE_DEVICES) == {"cpu"}, f"the reference ran on {REFERENCE_DEVICES}"
+    _fails(rows, lambda x: x.sum(-1, keepdim=x.device.type == "meta"), r"on device 'meta': shape \(3, 1\), expected \(3,\)")
+    _fails(rows, lambda x: x.sum(-1).cpu(), "should be a meta tensor of shape")
+
+    class AffineWrongOnMeta(Affine):
+        def forward(self, x):
+            out = super().forward(x)
+            return out.unsqueeze(0) if out.device.type == "meta" else out
+
+    seen = module_check(AffineSeen, _affine_cases, ("output",))
+    REFERENCE_DEVICES.clear()
+    run_local(seen, Affine, seed=SEED, device="cpu")
+    assert REFERENCE_DEVICES and set(REFERENCE_DEVICES) == {"cpu"}, f"the reference module ran on {REFERENCE_DEVICES}"
+    _fails(seen, AffineWrongOnMeta, r"on device 'meta': shape \(1, ")
+
+
 # --- Fair grading (issue 15): each category fixed in the library, so every chapter inherits it ---------
 # Each test below fails on the library before the fix (run against HEAD's autograder) and passes now.
 
