@@ -120,7 +120,7 @@ def main(argv=None):
 
         return check.main(args.notebook, seed=args.seed, chapter=args.chapter, device=args.device, cell_timeout=args.cell_timeout)
 
-    early = _start_cluster_early(args) if args.command == "grade" else None
+    early = _start_early(args) if args.command == "grade" else None
     from autograder.grading.faults import Fault
     from autograder.grading.grade import EXIT_BUSY, EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
     from autograder.grading.lock import WorkdirBusy
@@ -161,14 +161,16 @@ def main(argv=None):
     return EXIT_USAGE
 
 
-def _start_cluster_early(args):
-    """The embedded cluster, begun before the grader's imports (torch, nbgrader: about 3.5 s on one core) so that its
-    workers import and start on the other cores meanwhile: only for a run that will most likely use it (two or more
-    notebooks to grade, cluster.early_start_wanted) and whose device is known without importing torch (--device,
-    the working directory's run, or a machine with no NVIDIA driver). None otherwise: grade() decides as usual."""
+def _start_early(args):
+    """What the run will most likely use, begun before the grader's imports (torch, nbgrader: about 3 s on one core)
+    so that it starts on the other core meanwhile (cluster.early_start): for two or more notebooks the embedded
+    cluster, returned (its workers import and start their templates); for one notebook (an --only rerun) this
+    thread's warm template, which grade() then grades it with (warm.start_early; None is returned). Only where the
+    device is known without importing torch (--device, the working directory's run, or a machine with no NVIDIA
+    driver), and the template only on the CPU. None otherwise: grade() decides as usual."""
     import json
 
-    from autograder.grading import cluster
+    from autograder.grading import cluster, sandbox, warm
 
     if args.scheduler or not args.submissions.is_dir():
         return None
@@ -177,9 +179,17 @@ def _start_cluster_early(args):
     except (OSError, ValueError):
         state = {}
     device = args.device or (state.get("device") if isinstance(state, dict) else None) or (None if Path("/proc/driver/nvidia").exists() else "cpu")
-    if device is None or not cluster.early_start_wanted(args.submissions, args.workdir, args.only, args.chapter, args.restart):
+    if not isinstance(device, str):
         return None
-    return cluster.EarlyStart(args.workers or os.cpu_count() or 1, device)
+    kind = cluster.early_start(args.submissions, args.workdir, args.only, args.chapter, args.restart)
+    if kind == "cluster":
+        return cluster.EarlyStart(args.workers or os.cpu_count() or 1, device)
+    if kind == "template" and device == "cpu":
+        limits = sandbox.run_limits(device, args.cell_timeout, args.notebook_timeout, args.memory_mb, args.notebook_memory_mb)
+        mode = sandbox.mode()
+        if mode != "none":
+            warm.start_early(mode, limits)
+    return None
 
 
 SERVER_STOP_S = 30  # how long the formgrader's server may take to stop after Ctrl-C before it is killed

@@ -477,24 +477,27 @@ def test_the_gradebook_is_stamped_with_the_revision_nbgrader_itself_reads(tmp_pa
         assert db.execute("select version_num from alembic_version").fetchall() == [(head,)]
 
 
-def test_the_clis_early_cluster_is_begun_only_for_a_run_that_will_grade_two_or_more(tmp_path):
-    """cluster.early_start_wanted, the CLI's quick look before its imports: two or more notebooks in the selection
-    and one of them without a result (or a selection or --restart, which regrade); never for one notebook (the
-    grading process grades it itself) or a rerun with everything graded."""
-    from autograder.grading.cluster import early_start_wanted
+def test_the_clis_early_start_begins_a_cluster_for_two_or_more_and_a_template_for_one(tmp_path):
+    """cluster.early_start, the CLI's quick look before its imports: the embedded cluster for two or more notebooks
+    in the selection with one of them without a result (or a selection or --restart, which regrade); the grading
+    process's own template for exactly one (it grades it itself); nothing for an empty selection, a missing folder
+    or a rerun with everything graded."""
+    from autograder.grading.cluster import early_start
 
     folder, workdir = tmp_path / "in", tmp_path / "work"
     for student, chapter in (("ana", "02-qkv-attention"), ("bo", "02-qkv-attention"), ("bo", "05-masks")):
         (folder / student / chapter).mkdir(parents=True)
         (folder / student / chapter / "exercises.ipynb").write_text("{}")
-    assert early_start_wanted(folder, workdir)
-    assert not early_start_wanted(folder, workdir, only=["ana"]), "one notebook is graded in the grading process"
-    assert early_start_wanted(folder, workdir, only=["bo"])
-    assert not early_start_wanted(folder, workdir, chapters=["05-masks"])
-    assert not early_start_wanted(tmp_path / "missing", workdir)
+    assert early_start(folder, workdir) == "cluster"
+    assert early_start(folder, workdir, only=["ana"]) == "template", "one notebook is graded in the grading process"
+    assert early_start(folder, workdir, only=["bo"]) == "cluster"
+    assert early_start(folder, workdir, chapters=["05-masks"]) == "template"
+    assert early_start(folder, workdir, only=["cy"]) is None, "nobody selected"
+    assert early_start(tmp_path / "missing", workdir) is None
     for student, chapter in (("ana", "02-qkv-attention"), ("bo", "02-qkv-attention"), ("bo", "05-masks")):
         (workdir / "results" / student).mkdir(parents=True, exist_ok=True)
         (workdir / "results" / student / f"{chapter}.json").write_text("{}")
-    assert not early_start_wanted(folder, workdir), "a rerun with every notebook graded starts no cluster early"
-    assert early_start_wanted(folder, workdir, restart=True)
-    assert early_start_wanted(folder, workdir, chapters=["02-qkv-attention"]), "a selection regrades"
+    assert early_start(folder, workdir) is None, "a rerun with every notebook graded starts nothing early"
+    assert early_start(folder, workdir, restart=True) == "cluster"
+    assert early_start(folder, workdir, chapters=["02-qkv-attention"]) == "cluster", "a selection regrades"
+    assert early_start(folder, workdir, only=["ana"]) == "template", "--only regrades"

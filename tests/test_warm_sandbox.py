@@ -14,6 +14,7 @@ warm.
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -310,6 +311,51 @@ def test_a_template_started_early_serves_the_thread_that_started_it(tmp_path):
     assert (first.status, first.start, _printed(first)) == ("finished", "warm", ["served"]), first
     assert len(warm._templates) == 1, "a second template was started beside the early one"
     warm.close_all()
+
+
+def test_the_cli_starts_the_template_of_a_single_notebook_before_importing_torch(tmp_path):
+    """An --only rerun of one notebook: the command begins its grading process's template before its own imports
+    (torch, nbgrader), with the limits grade() will give it (sandbox.run_limits: the same key, so it is used, not
+    started again); for two or more notebooks it begins none (the cluster's workers have their own)."""
+    import json
+    import subprocess
+    import sys
+
+    for student in ("ana", "bo"):
+        (tmp_path / "in" / student / "02-qkv-attention").mkdir(parents=True)
+        (tmp_path / "in" / student / "02-qkv-attention" / "exercises.ipynb").write_text("{}")
+    probe = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from autograder import __main__ as m\n"
+        "from autograder.grading import warm, sandbox\n"
+        "args = m.argparse.Namespace(scheduler=None, submissions=Path(sys.argv[1]), workdir=Path(sys.argv[2]), restart=False,\n"
+        "    device='cpu', only=sys.argv[3:], chapter=None, workers=2, cell_timeout=30.0, notebook_timeout=None, memory_mb=None,\n"
+        "    notebook_memory_mb=None)\n"
+        "cluster = m._start_early(args)\n"
+        "starting = bool(warm._starting)\n"
+        "torch_loaded = 'torch' in sys.modules\n"
+        "for thread in list(warm._starting.values()): thread.join()\n"
+        "early = next(iter(warm._templates.values()), None)\n"
+        "template, why = warm._template(sandbox.mode(), sandbox.run_limits('cpu', 30.0))\n"
+        "print(json.dumps({'cluster': cluster is not None, 'starting': starting, 'torch': torch_loaded,\n"
+        "                  'same': template is not None and template is early, 'why': why}))\n"
+        "if cluster is not None: cluster.close()\n"
+        "warm.close_all()\n"
+    )
+
+    def start(*only):
+        done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "in"), str(tmp_path / "work"), *only],
+                              capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    one = start("ana")
+    assert one["starting"] and not one["cluster"], f"one notebook: its template is begun, no cluster ({one})"
+    assert not one["torch"], "the template was begun after torch was imported: it would not overlap the imports"
+    assert one["same"] and one["why"] is None, f"grade()'s limits give another template key: started twice ({one})"
+    both = start("ana", "bo")
+    assert both["cluster"] and not both["starting"], f"two notebooks: the cluster, no template of the process ({both})"
 
 
 def test_a_chapter_can_raise_its_time_limits_but_nothing_else():

@@ -165,10 +165,11 @@ def run_job(job: Job):
     from autograder.grading.notebook import grade_submission
 
     host = socket.gethostname()
+    # A Dask worker has imported distributed; a notebook graded by the grading process itself (an --only rerun of one
+    # notebook) is not on a worker, and importing distributed only to learn that costs about 0.7 s.
+    distributed = sys.modules.get("distributed")
     try:
-        from distributed import get_worker
-
-        address = get_worker().address
+        address = distributed.get_worker().address if distributed is not None else ""
     except ValueError:  # not on a Dask worker (called directly)
         address = ""
     if job.code != code_version():
@@ -350,11 +351,13 @@ def warm_up(limits) -> str:
     return warm.prestart(_host_sandbox(), limits)
 
 
-def early_start_wanted(submissions: Path, workdir: Path, only=None, chapters=None, restart=False) -> bool:
-    """Is the embedded cluster worth starting before the grader has imported anything heavy (the CLI's call, before
-    grade.py)? A quick look, before intake's: two or more notebooks <student>/<chapter>/exercises.ipynb in the
-    selection, and one of them without a result in the working directory (or --only/--chapter/--restart, which
-    regrade). A wrong guess costs time only: grade() closes a cluster it does not use, or starts one itself."""
+def early_start(submissions: Path, workdir: Path, only=None, chapters=None, restart=False) -> str | None:
+    """What is worth starting before the grader has imported anything heavy (the CLI's call, before grade.py): a quick
+    look, before intake's, at the notebooks <student>/<chapter>/exercises.ipynb of the selection, when one of them
+    has no result in the working directory (or --only/--chapter/--restart, which regrade). Two or more: "cluster",
+    the embedded cluster; exactly one: "template", the warm template of the grading process, which grades a single
+    notebook itself (an --only rerun); else None. A wrong guess costs time only: grade() closes what it does not use,
+    or starts what it needs itself."""
     import unicodedata
 
     only = {unicodedata.normalize("NFC", name) for name in only or ()}
@@ -362,10 +365,12 @@ def early_start_wanted(submissions: Path, workdir: Path, only=None, chapters=Non
         notebooks = [p for p in Path(submissions).glob(f"*/*/{registry.NOTEBOOK}.ipynb")
                      if (not only or unicodedata.normalize("NFC", p.parent.parent.name) in only) and (not chapters or p.parent.name in chapters)]
     except OSError:
-        return False
-    if len(notebooks) < 2:
-        return False
-    return bool(only or chapters or restart) or any(not result_path(workdir, p.parent.parent.name, p.parent.name).exists() for p in notebooks)
+        return None
+    if not notebooks:
+        return None
+    if not (only or chapters or restart) and all(result_path(workdir, p.parent.parent.name, p.parent.name).exists() for p in notebooks):
+        return None
+    return "cluster" if len(notebooks) >= 2 else "template"
 
 
 class EarlyStart:
@@ -477,10 +482,9 @@ def _grade_here(sub, settings, workdir: Path, before_submit, started, out):
     """One notebook on one machine, graded by this process with the run_job a worker runs (the same sandbox, warm
     template and judge): a cluster's start (a scheduler, worker processes importing torch: seconds) brings nothing to
     a single job, such as the rerun of one student with --only."""
-    from autograder.grading import notebook, warm
+    from autograder.grading import warm
 
     print("Grading in this process (one notebook: no cluster is started).", file=out, flush=True)
-    notebook.prepare_judge()  # while its template starts (grade.py starts it early)
     if before_submit is not None:
         before_submit(sub)
     job = make_job(workdir, sub, settings, {})

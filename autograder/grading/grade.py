@@ -267,6 +267,7 @@ def grade(submissions: Path, workdir: Path, options: GradeOptions | None = None,
     finally:
         if options.early is not None:
             options.early.close()  # a cluster the CLI began for a run that stopped before using it (once only)
+        warm.close_all()  # a template the CLI began for one notebook, where the run graded none here (a wrong guess)
 
 
 def _grade(submissions: Path, workdir: Path, options: GradeOptions, out) -> Outcome:
@@ -280,7 +281,7 @@ def _grade(submissions: Path, workdir: Path, options: GradeOptions, out) -> Outc
     # notebooks all have a result (most likely nothing to grade) starts none early: grade_all starts one if some
     # notebook still needs it; --only and --chapter regrade their selection, so they start it.
     to_grade = found.forced or options.restart or any(not reports.result_path(workdir, s.student, s.chapter).exists() for s in found.selected)
-    early = options.early  # started by the CLI before its imports (cluster.early_start_wanted), if it guessed right
+    early = options.early  # started by the CLI before its imports (cluster.early_start), if it guessed right
     if early is not None and not (len(found.selected) > 1 and to_grade and not options.scheduler and early.matches(workers, settings.device)):
         early.close()
         early = None
@@ -387,17 +388,7 @@ def _settings(workdir: Path, options: GradeOptions, found: _Found, mode: str):
         new_state["course_config"] = str(found.settings_file.path)
     atomic_write(workdir / "run-state.json", json.dumps(new_state))
 
-    limits = sandbox.Limits(cell_seconds=options.cell_timeout)
-    if options.notebook_timeout:
-        limits.notebook_seconds = options.notebook_timeout
-    if options.memory_mb:
-        limits.memory_bytes = options.memory_mb * 2**20
-    if device.startswith("cuda"):
-        limits.gpu = True
-        limits.memory_bytes = 0  # CUDA reserves a huge address space; rely on the GPU's own memory limit
-        limits.group_memory_bytes = 16 * 2**30  # the CUDA context's host memory, beside the notebook's own
-    if options.notebook_memory_mb:
-        limits.group_memory_bytes = options.notebook_memory_mb * 2**20
+    limits = sandbox.run_limits(device, options.cell_timeout, options.notebook_timeout, options.memory_mb, options.notebook_memory_mb)
     workers = None if options.scheduler else (options.workers or os.cpu_count() or 1)
     return Settings(str(workdir), seed, device, mode, limits), workers
 

@@ -22,7 +22,9 @@ import importlib
 import json
 import re
 import shutil
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -347,6 +349,8 @@ def run_with_restarts(cells, checks_module, settings: Settings, only=None):
         with tempfile.TemporaryDirectory(prefix="course-job-") as tmp:
             job_dir = Path(tmp)
             calls_by_cell = write_job(job_dir, cells, checks_module, settings, skip, only=only)
+            if attempt == 0:
+                import_for_the_judge_beside(calls_by_cell)
             outcome = warm.run_job(job_dir, settings.sandbox_mode, chapter_limits(settings.limits, checks_module))
         starts.append(outcome.start)
         if outcome.oom_kills and outcome.status == "finished":
@@ -658,11 +662,24 @@ def inputs_seed(run_seed: int, student: str, chapter: str, cells) -> int:
 
 
 def prepare_judge():
-    """Import now what the judge's first call imports: its meta-device pass runs torch's Python decompositions,
-    whose first call imports torch._dynamo (and sympy with it), about 2 s. A grading worker does it while the run is
-    prepared, and the grading process's single notebook while its template starts, instead of in the first
-    notebook's grading time."""
+    """Import now what some judges import on their first call: torch.optim's first optimizer imports torch._dynamo
+    (and sympy with it), about 2 s, and chapter 08's train_step and the capstone's training build one. A grading
+    worker, which grades many notebooks, does it while the run is prepared instead of in a notebook's grading time.
+    (The meta pass does not: the judge takes a meta call's expected shapes from the CPU, judge.shapes_from.) The
+    grading process's single notebook (an --only rerun) makes it only for a chapter that needs it, while the sandbox
+    runs (import_for_the_judge_beside)."""
     import torch._dynamo  # noqa: F401
+
+
+def import_for_the_judge_beside(calls_by_cell):
+    """Where the judge will run a training step (a call that updates its model: chapter 08's train_step), make
+    prepare_judge's import in a background thread while the sandbox runs the notebook, in which time this process
+    only waits: the grading process's single notebook (an --only rerun) has not made it (a worker has). Not for other
+    chapters: there the import would only compete with the judge for the interpreter."""
+    if "torch._dynamo" in sys.modules:
+        return
+    if any(call.updates_model() for calls in calls_by_cell.values() for call in calls):
+        threading.Thread(target=prepare_judge, name="course-judge-imports", daemon=True).start()
 
 
 def grade_submission(student: str, chapter: str, notebook: Path, settings: Settings) -> Result:

@@ -54,6 +54,24 @@ class Limits:
     gpu: bool = False  # grading on CUDA: the GPU's device nodes and the driver's environment reach the sandbox
 
 
+def run_limits(device: str, cell_seconds: float, notebook_seconds=None, memory_mb=None, notebook_memory_mb=None) -> Limits:
+    """A grading run's limits from its options (grade's --cell-timeout, --notebook-timeout, --memory-mb,
+    --notebook-memory-mb) and device: what grade.py gives every notebook, and what the CLI starts a template with
+    before its imports (the template's key must be the same, or it is started again)."""
+    limits = Limits(cell_seconds=cell_seconds)
+    if notebook_seconds:
+        limits.notebook_seconds = notebook_seconds
+    if memory_mb:
+        limits.memory_bytes = memory_mb * 2**20
+    if device.startswith("cuda"):
+        limits.gpu = True
+        limits.memory_bytes = 0  # CUDA reserves a huge address space; rely on the GPU's own memory limit
+        limits.group_memory_bytes = 16 * 2**30  # the CUDA context's host memory, beside the notebook's own
+    if notebook_memory_mb:
+        limits.group_memory_bytes = notebook_memory_mb * 2**20
+    return limits
+
+
 @dataclass
 class Outcome:
     records: list

@@ -26,7 +26,6 @@ import threading
 import time
 from pathlib import Path
 
-from autograder.checks import runner
 from autograder.grading import sandbox
 
 START_TIMEOUT_S = 120  # bubblewrap, Python and import torch on a loaded machine
@@ -34,6 +33,9 @@ FORK_TIMEOUT_S = 30  # from the request to the child's pid
 EXIT_TIMEOUT_S = 15  # from the runner's last record to the child's exit
 _templates: dict = {}  # native thread id -> Template (one per grading worker thread)
 _cold_reasons: dict = {}  # (mode, limits) -> why this host runs cold, said once
+# The sandbox's end of the checks (standalone), copied into each template. By path, not imported: importing the
+# checks package imports torch, and the CLI starts a template before its own imports (autograder/__main__.py).
+RUNNER = Path(__file__).resolve().parent.parent / "checks" / "runner.py"
 _starting: dict = {}  # native thread id -> the thread starting that thread's template (start_early)
 
 
@@ -80,7 +82,7 @@ class Template:
         self.control = None
         self.pidns = None
         shutil.copy(Path(__file__).with_name("template.py"), self.folder / "template.py")
-        shutil.copy(Path(runner.__file__), self.folder / "course_runner.py")
+        shutil.copy(RUNNER, self.folder / "course_runner.py")
         for path in (self.folder, self.spool, *self.folder.iterdir()):
             path.chmod(0o755 if path.is_dir() else 0o644)
 
