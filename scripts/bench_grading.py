@@ -242,9 +242,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         submissions = Path(tmp) / "submissions"
         make_submissions(submissions, chapters, args.n)
-        # Every run after an instructor's first reuses the rendered instructor notebooks (build.render_cache_path):
+        # Every run after an instructor's first reuses the rendered instructor notebooks (release.render_cache_path):
         # fill that cache first, so that no run below pays for rendering and the order of the runs does not matter.
-        from autograder.authoring.build import write_instructor_sources
+        from autograder.authoring.release import write_instructor_sources
 
         write_instructor_sources(Path(tmp) / "render", chapters, cache=cluster.checks_version)
         runs = {}

@@ -98,18 +98,27 @@ def checks_version(chapter: str) -> str:
 
 def _grading_files() -> list:
     root = registry.ROOT
-    files = [root / "autograder" / name for name in ("registry.py", "results.py", "grading/notebook.py", "grading/sandbox.py", "grading/warm.py",
+    files = [root / "autograder" / name for name in ("registry.py", "results.py", "grading/notebook.py", "grading/submission.py", "grading/sandbox.py", "grading/warm.py",
                                                      "grading/template.py", "grading/shortcuts.py",
                                                      "reporting/feedback.py")]
     files += sorted(p for p in (root / "autograder" / "checks").glob("*.py") if not p.name.startswith("ch"))
     return files + sorted((root / "solutions").glob("*.py"))
 
 
-def _fingerprint(files) -> str:
-    import numpy
-    import torch
+def _version(package: str) -> str:
+    """An installed package's version, from its metadata: the coordinator of a run on the cluster then never imports
+    torch (about 2 s of its start). A package without metadata is imported to ask it."""
+    from importlib import import_module
+    from importlib.metadata import PackageNotFoundError, version
 
-    digest = hashlib.sha256(f"torch {torch.__version__.split('+')[0]} numpy {numpy.__version__}\n".encode())
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return import_module(package).__version__
+
+
+def _fingerprint(files) -> str:
+    digest = hashlib.sha256(f"torch {_version('torch').split('+')[0]} numpy {_version('numpy')}\n".encode())
     root = registry.ROOT
     for path in sorted(set(files)):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
@@ -140,7 +149,7 @@ def _host_cuda(sandbox_mode: str, device: str, limits) -> str | None:
 
 def make_job(workdir: Path, sub, settings, chapter_files: dict) -> Job:
     """The job for one submission (intake.Submission); `chapter_files` caches each chapter's notebooks."""
-    from autograder.grading.notebook import MAX_FILE_BYTES
+    from autograder.grading.submission import MAX_FILE_BYTES
 
     if sub.chapter not in chapter_files:
         chapter_files[sub.chapter] = tuple((Path(workdir) / kind / sub.chapter / f"{registry.NOTEBOOK}.ipynb").read_bytes()

@@ -128,7 +128,7 @@ def guard(workdir: Path, db: str | None = None):
     """Turn a fault of the working directory or the gradebook, raised anywhere inside, into a Fault."""
     from sqlalchemy.exc import InterfaceError, OperationalError
 
-    from autograder.authoring.build import BuildError
+    from autograder.authoring.release import BuildError
 
     try:
         yield

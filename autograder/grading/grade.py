@@ -47,7 +47,7 @@ from autograder.grading import cluster, faults, history, intake, lock, sandbox, 
 from autograder import registry
 from autograder.reporting import reports
 from autograder.reporting import gradebook as gradebook_db
-from autograder.authoring.build import generate_assignments
+from autograder.authoring.release import generate_assignments
 from autograder.config import CELL_TIMEOUT_S, COURSE_CONFIG, CourseConfigError, load_course_settings, nbgrader_api
 from autograder.reporting.latepenalty import apply_due_dates, assign_penalties
 from autograder.results import Result, Settings, Skipped, atomic_open, atomic_write, atomic_write_bytes
@@ -799,6 +799,8 @@ def _request_stop(interrupted):
 
 
 def _cuda() -> bool:
+    if not Path("/proc/driver/nvidia").exists():
+        return False  # no NVIDIA driver: no CUDA, known without importing torch (the CLI's early start reads the same)
     import torch
 
     return torch.cuda.is_available()

@@ -199,7 +199,7 @@ _DEFINED = re.compile(r"^(?:(?:async\s+)?def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_]
 def read_notebook(path: Path):
     """The notebook as the grader will read it (nbformat 3 converted, outputs too large removed), or None when the
     grader will refuse it (not JSON, not a notebook, a link...): such a notebook is graded `invalid`, with the reason."""
-    from autograder.grading.notebook import read_submission
+    from autograder.grading.submission import read_submission
 
     try:
         return read_submission(path)[0]
