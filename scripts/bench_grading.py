@@ -244,9 +244,10 @@ def main():
         make_submissions(submissions, chapters, args.n)
         # Every run after an instructor's first reuses the rendered instructor notebooks (release.render_cache_path):
         # fill that cache first, so that no run below pays for rendering and the order of the runs does not matter.
+        from autograder.authoring.build import instructor_notebook
         from autograder.authoring.release import write_instructor_sources
 
-        write_instructor_sources(Path(tmp) / "render", chapters, cache=cluster.checks_version)
+        write_instructor_sources(Path(tmp) / "render", chapters, cache=cluster.checks_version, render=instructor_notebook)
         runs = {}
         runs["dask-N"] = run_ours(submissions, Path(tmp) / "dask-N", n_workers)
         if not args.no_one_worker and n_workers > 1:

@@ -12,6 +12,11 @@ from autograder.grading import cluster
 CHAPTER = "02-qkv-attention"
 
 
+def _render(chapter_id):
+    """The rendering as the build passes it (build.instructor_notebook, looked up at each call: `counted` replaces it)."""
+    return build.instructor_notebook(chapter_id)
+
+
 @pytest.fixture
 def counted(monkeypatch, tmp_path):
     """Renderings counted; the cache in a folder of its own."""
@@ -28,32 +33,32 @@ def counted(monkeypatch, tmp_path):
 
 
 def test_a_second_run_reuses_the_rendering(counted, tmp_path):
-    release.write_instructor_sources(tmp_path / "a", [CHAPTER], cache=cluster.checks_version)
-    release.write_instructor_sources(tmp_path / "b", [CHAPTER], cache=cluster.checks_version)
+    release.write_instructor_sources(tmp_path / "a", [CHAPTER], cache=cluster.checks_version, render=_render)
+    release.write_instructor_sources(tmp_path / "b", [CHAPTER], cache=cluster.checks_version, render=_render)
     assert counted == [CHAPTER], f"rendered {len(counted)} times for two runs with nothing changed"
     first, second = (tmp_path / w / "source" / CHAPTER / "exercises.ipynb" for w in ("a", "b"))
     assert first.read_text() == second.read_text(), "the reused rendering differs from the first"
 
 
 def test_without_the_cache_every_call_renders(counted, tmp_path):
-    release.write_instructor_sources(tmp_path / "a", [CHAPTER])
-    release.write_instructor_sources(tmp_path / "b", [CHAPTER])
+    release.write_instructor_sources(tmp_path / "a", [CHAPTER], render=_render)
+    release.write_instructor_sources(tmp_path / "b", [CHAPTER], render=_render)
     assert counted == [CHAPTER, CHAPTER]
 
 
 def test_a_change_to_the_checks_renders_again(counted, tmp_path):
-    release.write_instructor_sources(tmp_path / "a", [CHAPTER], cache=cluster.checks_version)
+    release.write_instructor_sources(tmp_path / "a", [CHAPTER], cache=cluster.checks_version, render=_render)
     before = release.render_cache_path(CHAPTER, cluster.checks_version(CHAPTER))
     assert release.render_cache_path(CHAPTER, "a fixed check") != before, "the cache key ignores the chapter's checks"
-    release.write_instructor_sources(tmp_path / "b", [CHAPTER], cache=lambda chapter: "a fixed check")
+    release.write_instructor_sources(tmp_path / "b", [CHAPTER], cache=lambda chapter: "a fixed check", render=_render)
     assert counted == [CHAPTER, CHAPTER], "a rendering made with other checks was reused"
 
 
 def test_a_damaged_cache_entry_is_rendered_again(counted, tmp_path):
-    release.write_instructor_sources(tmp_path / "a", [CHAPTER], cache=cluster.checks_version)
+    release.write_instructor_sources(tmp_path / "a", [CHAPTER], cache=cluster.checks_version, render=_render)
     path = release.render_cache_path(CHAPTER, cluster.checks_version(CHAPTER))
     path.write_text(path.read_text()[:500])  # cut short, as by a full disk
-    release.write_instructor_sources(tmp_path / "b", [CHAPTER], cache=cluster.checks_version)
+    release.write_instructor_sources(tmp_path / "b", [CHAPTER], cache=cluster.checks_version, render=_render)
     assert counted == [CHAPTER, CHAPTER], "a truncated rendering was used"
     nbformat.validate(nbformat.read(tmp_path / "b" / "source" / CHAPTER / "exercises.ipynb", as_version=4))
 
@@ -80,7 +85,7 @@ def releases(monkeypatch, tmp_path):
 
 
 def _release(api, workdir):
-    return release.generate_assignments(workdir, [CHAPTER], api, cache=cluster.checks_version, skip_current=True)
+    return release.generate_assignments(workdir, [CHAPTER], api, cache=cluster.checks_version, skip_current=True, render=_render)
 
 
 def test_a_rerun_does_not_release_a_current_chapter_again(releases):
@@ -119,7 +124,7 @@ def test_a_removed_release_is_made_again_and_the_build_always_releases(releases)
     _release(api, workdir)
     (workdir / "release" / CHAPTER / "exercises.ipynb").unlink()
     _release(api, workdir)
-    release.generate_assignments(workdir, [CHAPTER], api, cache=cluster.checks_version)  # the build: skip_current off
+    release.generate_assignments(workdir, [CHAPTER], api, cache=cluster.checks_version, render=_render)  # the build: skip_current off
     assert calls == [CHAPTER, CHAPTER, CHAPTER]
     assert (workdir / "release" / CHAPTER / "exercises.ipynb").is_file()
 
@@ -148,7 +153,8 @@ def test_a_release_from_the_cache_and_the_jobs_of_a_run_import_no_torch(tmp_path
         "from autograder.results import Settings\n"
         "from autograder.grading import sandbox\n"
         "work = Path(sys.argv[1])\n"
-        "release.generate_assignments(work, [sys.argv[2]], cache=cluster.checks_version, skip_current=True)\n"
+        "release.generate_assignments(work, [sys.argv[2]], cache=cluster.checks_version, skip_current=True,\n"
+        "                             render=grade.render_instructor_notebook)\n"
         "subs, skipped, _ = intake.discover(Path(sys.argv[3]), exclude=work, unpack_into=work / 'unpacked')\n"
         "assert [s.student for s in subs] == ['ana'], (subs, skipped)\n"
         "job = cluster.make_job(work, subs[0], Settings(str(work), 0, 'cpu', 'bwrap', sandbox.Limits()), {})\n"

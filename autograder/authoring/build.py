@@ -23,7 +23,7 @@ import torch
 
 from autograder import registry
 from autograder.authoring import kit
-from autograder.authoring.release import BuildError, generate_assignments, write_instructor_sources  # noqa: F401 (the build's release)
+from autograder.authoring.release import BuildError, generate_assignments  # noqa: F401 (BuildError: raised and caught as build.BuildError)
 
 NBGRADER_SCHEMA = 3
 
@@ -529,7 +529,7 @@ def normalized_json(nb) -> str:
 def build_student_notebooks(workdir: Path, out_root: Path = registry.ROOT, chapters=None) -> list[Path]:
     """Generate the student notebooks and copy them into chapters/<chapter>/exercises.ipynb."""
     written = []
-    for chapter_id in generate_assignments(workdir, chapters):
+    for chapter_id in generate_assignments(workdir, chapters, render=instructor_notebook):
         released = nbformat.read(workdir / "release" / chapter_id / f"{registry.NOTEBOOK}.ipynb", as_version=4)
         target = out_root / "chapters" / chapter_id / f"{registry.NOTEBOOK}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)

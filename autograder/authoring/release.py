@@ -4,7 +4,8 @@ render cache), then nbgrader's generate_assignment, which fills the gradebook an
 Apart from build.py (which renders the notebooks, running the reference solutions in torch) so that a grading
 run's coordinator imports no torch: with the rendering cached, a release needs only nbgrader and the files, and
 the coordinator of a run on the Dask cluster never runs a tensor operation (about 2 s of imports saved on the
-critical path of every run)."""
+critical path of every run). The rendering itself is passed in (`render`): build imports this module, not the
+other way round."""
 
 import hashlib
 import json
@@ -22,11 +23,12 @@ class BuildError(Exception):
     """A chapter could not be built: its rendering (build.py) or nbgrader's release of it failed."""
 
 
-def write_instructor_sources(workdir: Path, chapters=None, cache=None) -> list[str]:
+def write_instructor_sources(workdir: Path, chapters=None, cache=None, *, render) -> list[str]:
     """Render every chapter's instructor notebook into <workdir>/source/<chapter>/exercises.ipynb. With `cache`, a
     function giving a chapter's grading fingerprint (grading runs pass autograder.grading.cluster.checks_version), a
     rendering made earlier from the same inputs is reused (`render_cache_path`): rendering runs the reference
-    solutions and the catalogue of mistakes, about 1.3 s a chapter, on every run otherwise."""
+    solutions and the catalogue of mistakes, about 1.3 s a chapter, on every run otherwise. render(chapter_id): the
+    notebook, on a miss (build.instructor_notebook; passed in, so that this module imports neither build nor torch)."""
     chapters = chapters or registry.graded_chapters()
     for chapter_id in chapters:
         target = workdir / "source" / chapter_id / f"{registry.NOTEBOOK}.ipynb"
@@ -34,9 +36,7 @@ def write_instructor_sources(workdir: Path, chapters=None, cache=None) -> list[s
         cached = render_cache_path(chapter_id, cache(chapter_id)) if cache else None
         text = _read_cached(cached)
         if text is None:
-            from autograder.authoring import build  # rendering runs the references (torch): only on a miss
-
-            text = nbformat.writes(build.instructor_notebook(chapter_id))
+            text = nbformat.writes(render(chapter_id))
             text = text if text.endswith("\n") else text + "\n"  # as nbformat.write
             if cached is not None:
                 try:
@@ -78,13 +78,13 @@ def _read_cached(path: Path | None) -> str | None:
 RELEASED = "released.json"  # in the working directory: what each chapter's release was made from (_release_stamp)
 
 
-def generate_assignments(workdir: Path, chapters=None, api=None, cache=None, skip_current=False) -> list[str]:
+def generate_assignments(workdir: Path, chapters=None, api=None, cache=None, skip_current=False, *, render) -> list[str]:
     """Instructor sources -> nbgrader generate_assignment (fills the gradebook) -> <workdir>/release/.
 
     skip_current (grading runs): a chapter released before in this working directory from the same instructor
     notebook, into the same gradebook, which still holds it, is not released again (nbgrader takes about 0.4 s a
     chapter, paid by every rerun of one student otherwise)."""
-    chapters = write_instructor_sources(workdir, chapters, cache=cache)
+    chapters = write_instructor_sources(workdir, chapters, cache=cache, render=render)
     api = api or nbgrader_api(workdir)
     stamps = _read_released(workdir)
     for chapter_id in chapters:

@@ -408,6 +408,14 @@ def _who(workers, options: GradeOptions) -> str:
     return f"{workers} worker(s)" if workers else f"the workers of {options.scheduler}"
 
 
+def render_instructor_notebook(chapter_id: str):
+    """A chapter's instructor notebook rendered (build.instructor_notebook), for a release whose rendering is not
+    cached: build runs the references in torch, so it is imported only here, when a rendering is needed."""
+    from autograder.authoring.build import instructor_notebook
+
+    return instructor_notebook(chapter_id)
+
+
 def _release(workdir: Path, selected, api) -> dict:
     """nbgrader generate_assignment for the chapters graded (the trusted templates; a chapter already released here
     from the same instructor notebook into the same gradebook is kept as it is); {chapter: what a saved result
@@ -415,7 +423,8 @@ def _release(workdir: Path, selected, api) -> dict:
     to a chapter's hidden checks (or solutions, or grading code) therefore regrades that chapter on the next run."""
     graded_chapters = sorted({s.chapter for s in selected})
     if graded_chapters:
-        generate_assignments(workdir, graded_chapters, api, cache=cluster.checks_version, skip_current=True)
+        generate_assignments(workdir, graded_chapters, api, cache=cluster.checks_version, skip_current=True,
+                             render=render_instructor_notebook)
     return {chapter: f"{_release_hash(workdir, chapter)}+checks:{cluster.checks_version(chapter)}" for chapter in graded_chapters}
 
 
