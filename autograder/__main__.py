@@ -178,7 +178,7 @@ def _start_early(args):
         state = {} if args.restart else json.loads((args.workdir / "run-state.json").read_text())
     except (OSError, ValueError):
         state = {}
-    device = args.device or (state.get("device") if isinstance(state, dict) else None) or (None if Path("/proc/driver/nvidia").exists() else "cpu")
+    device = args.device or (state.get("device") if isinstance(state, dict) else None) or (None if sandbox.nvidia_driver() else "cpu")
     if not isinstance(device, str):
         return None
     kind = cluster.early_start(args.submissions, args.workdir, args.only, args.chapter, args.restart)

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from autograder.authoring import demo
-from autograder.grading.notebook import MAX_NOTEBOOK_BYTES
+from autograder.grading.submission import MAX_NOTEBOOK_BYTES
 from conftest import run_python
 
 CHAPTER = "02-qkv-attention"

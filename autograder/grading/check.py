@@ -68,10 +68,10 @@ def released(chapter: str):
 
 def prepare(path: Path, chapter: str | None = None):
     """(chapter, checks module, cells, solutions, points, edits, notes) of a notebook, as `grade` plans them."""
-    from autograder.grading import notebook
+    from autograder.grading import notebook, submission
 
     try:
-        submitted, _, read_notes = notebook.read_submission(Path(path))
+        submitted, _, read_notes = submission.read_submission(Path(path))
     except OSError as exc:
         raise CheckError(f"{path} cannot be read: {exc.strerror or exc}") from None
     except ValueError as exc:

@@ -808,8 +808,8 @@ def _request_stop(interrupted):
 
 
 def _cuda() -> bool:
-    if not Path("/proc/driver/nvidia").exists():
-        return False  # no NVIDIA driver: no CUDA, known without importing torch (the CLI's early start reads the same)
+    if not sandbox.nvidia_driver():
+        return False
     import torch
 
     return torch.cuda.is_available()

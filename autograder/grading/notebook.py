@@ -37,7 +37,7 @@ from autograder.reporting.feedback import write_feedback
 from autograder.results import CellScore, Result, Settings, atomic_write
 from autograder.checks import PartialCredit, encode_calls, judge_with_replays, runner, visible
 from autograder.checks.judge import GRADED_ERRORS
-from autograder.grading.submission import MAX_FILE_BYTES, MAX_NOTEBOOK_BYTES, read_submission, strip_outputs  # noqa: F401
+from autograder.grading.submission import read_submission
 
 RESTARTS = 3  # a cell that hangs or kills the process is skipped and the notebook run again, at most this often
 SKIP_WHEN_GRADING = ("check_helpers",)  # readonly cells that only serve the visible checks

@@ -54,6 +54,12 @@ class Limits:
     gpu: bool = False  # grading on CUDA: the GPU's device nodes and the driver's environment reach the sandbox
 
 
+def nvidia_driver() -> bool:
+    """Is an NVIDIA driver loaded? Without one there is no CUDA, known without importing torch (about 2 s): the
+    CLI's early start and grade()'s default device both ask this first."""
+    return Path("/proc/driver/nvidia").exists()
+
+
 def run_limits(device: str, cell_seconds: float, notebook_seconds=None, memory_mb=None, notebook_memory_mb=None) -> Limits:
     """A grading run's limits from its options (grade's --cell-timeout, --notebook-timeout, --memory-mb,
     --notebook-memory-mb) and device: what grade.py gives every notebook, and what the CLI starts a template with
