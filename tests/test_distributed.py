@@ -501,3 +501,35 @@ def test_the_clis_early_start_begins_a_cluster_for_two_or_more_and_a_template_fo
     assert early_start(folder, workdir, restart=True) == "cluster"
     assert early_start(folder, workdir, chapters=["02-qkv-attention"]) == "cluster", "a selection regrades"
     assert early_start(folder, workdir, only=["ana"]) == "template", "--only regrades"
+
+
+@pytest.mark.parametrize("torch_first", [True, False], ids=["torch-imported-first", "torch-not-yet-imported"])
+def test_a_job_is_judged_on_one_torch_thread_wherever_it_runs(torch_first):
+    """run_job, the one path of a worker and of the grading process's own notebook (an --only rerun), judges with
+    torch on one thread: a Dask worker's nanny sets OMP_NUM_THREADS=1, the grading process does not, and on a
+    loaded machine a judge on two threads waits for the second to wake at every call (seconds on chapter 08).
+    The grading itself is replaced by a stub that records torch's threads at the moment the judge would start."""
+    code = f"""
+import json, os, sys
+os.environ.pop("OMP_NUM_THREADS", None)
+if {torch_first}:
+    import torch
+    torch.set_num_threads(2)
+from autograder.grading import cluster, notebook, sandbox
+from autograder.results import Result, Settings
+seen = {{}}
+def stub(student, chapter, path, settings):
+    import torch
+    seen["threads"] = torch.get_num_threads()
+    return Result(student, chapter, "graded")
+notebook.grade_submission = stub
+settings = Settings("/nonexistent", 0, "cpu", "none", sandbox.Limits())
+job = cluster.Job("ana", "02-qkv-attention", b"{{}}", 2, b"{{}}", b"{{}}", settings, cluster.code_version())
+result, _ = cluster.run_job(job)
+print(json.dumps([result.status, seen["threads"]]))
+"""
+    done = run_python("-c", code, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    status, threads = json.loads(done.stdout.splitlines()[-1])
+    assert status == "graded"
+    assert threads == 1, f"the judge ran on {threads} torch threads (expected 1, as on a Dask worker)"

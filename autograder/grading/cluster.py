@@ -171,6 +171,7 @@ def run_job(job: Job):
 
     A problem of this host (no sandbox, another version of the course, no room in /tmp) raises
     HostCannotGrade, so that Dask retries the job; a problem of the notebook is in the result."""
+    judge_in_one_thread()
     from autograder.grading.notebook import grade_submission
 
     host = socket.gethostname()
@@ -228,6 +229,19 @@ def run_job(job: Job):
                 if path.is_file():
                     files[path.relative_to(workdir).as_posix()] = path.read_text(encoding="utf-8")
     return result, files
+
+
+def judge_in_one_thread():
+    """The judge's torch computes on one thread wherever it runs. A Dask worker's nanny starts it so
+    (OMP_NUM_THREADS=1); the grading process's own notebook (an --only rerun) and a worker started without a nanny
+    would otherwise use one thread per core for tensors of a few dozen numbers: each call then waits for the other
+    threads to wake, which on a loaded machine is a scheduler tick (chapter 08's judge took 1.2 s instead of 0.15 s
+    beside a test run), and a rerun computes the reference as the worker that graded it first did."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        os.environ["OMP_NUM_THREADS"] = "1"  # read by torch when it is imported, for the judge's first call
+    elif torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 def write_outputs(workdir: Path, job: Job, files: dict):
