@@ -211,15 +211,9 @@ def chapter_table(chapters, warm_results, cold_results, stock_per_chapter) -> li
     return lines
 
 
-def _trains(chapter) -> bool:
-    """A chapter whose hidden checks train a model (Check.costly, the capstone)."""
-    from autograder.checks import chapter_checks
-
-    return any(check.costly for check in chapter_checks(chapter).CHECKS.values())
-
-
 def main():
     from autograder import registry
+    from autograder.checks import trains_a_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=10, help="number of notebooks to grade (default 10)")
@@ -234,7 +228,7 @@ def main():
     parser.add_argument("--no-cold", action="store_true", help="skip the cold-start run (a fresh sandbox per notebook)")
     parser.add_argument("--no-only", action="store_true", help="skip the reruns of one student with --only")
     args = parser.parse_args()
-    chapters = args.chapter or [c for c in registry.graded_chapters() if not _trains(c)]
+    chapters = args.chapter or [c for c in registry.graded_chapters() if not trains_a_model(c)]
     n_workers = args.workers or os.cpu_count() or 1
     load = os.getloadavg()[0]
 

@@ -13,7 +13,7 @@ import pytest
 import chapter_contract
 from autograder import registry
 from autograder.authoring import demo
-from autograder.checks import chapter_checks
+from autograder.checks import chapter_checks, trains_a_model
 from conftest import run_python
 
 CHAPTER = "02-qkv-attention"
@@ -31,18 +31,14 @@ CHAPTERS = registry.graded_chapters()
 TRAINING_SAMPLE = {"10-capstone": ("train_adamw_own_loop",)}
 
 
-def _trains(chapter) -> bool:
-    return any(check.costly for check in chapter_checks(chapter).CHECKS.values())
-
-
 for _chapter in CHAPTERS:  # a new training chapter must say which of its valid answers this corpus grades
-    assert not _trains(_chapter) or _chapter in TRAINING_SAMPLE, f"{_chapter} trains a model: add it to TRAINING_SAMPLE"
+    assert not trains_a_model(_chapter) or _chapter in TRAINING_SAMPLE, f"{_chapter} trains a model: add it to TRAINING_SAMPLE"
 # Each wrong answer is a student of its own, named <chapter number>-<mistake>, with that chapter only.
-WRONG = {f"{chapter[:2]}-{name.replace('_', '-')}": (chapter, name, wrong) for chapter in CHAPTERS if not _trains(chapter)
+WRONG = {f"{chapter[:2]}-{name.replace('_', '-')}": (chapter, name, wrong) for chapter in CHAPTERS if not trains_a_model(chapter)
          for name, wrong in demo.catalogue(chapter).items()}
 # Each valid answer written unlike the reference is a student of its own too, named <chapter number>-valid-<name>.
 VALID = {f"{chapter[:2]}-valid-{name.replace('_', '-')}": (chapter, name) for chapter in CHAPTERS
-         for name in demo.valid_answers(chapter) if not _trains(chapter) or name in TRAINING_SAMPLE[chapter]}
+         for name in demo.valid_answers(chapter) if not trains_a_model(chapter) or name in TRAINING_SAMPLE[chapter]}
 
 
 def read_summary(workdir, chapter=None):

@@ -16,7 +16,7 @@ The parts, each importing only those above it (cases <- wire <- judge <- kinds):
     judge.py    judging: judge_calls, outcome, explain_error, diagnose*, same_value, the callees' faults,
                 composition and replay tables, judge_with_replays (NeedsReplay, MAX_REPLAYS), gradients
     kinds.py    the kinds of check: Check, function_check, module_check, typed_answer_check, reference_plan;
-                run_local and run_check (plan, call and judge in this process), chapter_checks
+                run_local and run_check (plan, call and judge in this process), chapter_checks, trains_a_model
     runner.py   the sandbox's end (standalone: copied into each job): runs the calls, switches built-ins off
     visible.py  the visible-check helpers copied into every notebook
 A chapter's check module (chNN_*.py) defines CHECKS, one Check per graded cell keyed by its grade id, built with
@@ -47,7 +47,7 @@ from autograder.checks.judge import (
     replay_round, replay_table, same_value,
 )
 from autograder.checks.kinds import (
-    Check, build_reference_module, chapter_checks, function_check, in_order, module_check, reference_judge, reference_plan,
+    Check, build_reference_module, chapter_checks, trains_a_model, function_check, in_order, module_check, reference_judge, reference_plan,
     run_check, run_local, typed_answer_check,
 )
 
@@ -63,6 +63,6 @@ __all__ = [
     "diagnose", "diagnose_shapes", "expected_gradients", "explain_error", "judge_calls", "judge_with_replays", "lost_precision",
     "outcome", "replay_round", "replay_table", "same_value",
     # kinds
-    "Check", "build_reference_module", "chapter_checks", "function_check", "in_order", "module_check", "reference_judge",
+    "Check", "build_reference_module", "chapter_checks", "trains_a_model", "function_check", "in_order", "module_check", "reference_judge",
     "reference_plan", "run_check", "run_local", "typed_answer_check",
 ]

@@ -367,6 +367,11 @@ def chapter_checks(chapter_id: str):
     return importlib.import_module(f"autograder.checks.{registry.module_name(chapter_id)}")
 
 
+def trains_a_model(chapter_id: str) -> bool:
+    """Does one of the chapter's hidden checks train a model (Check.costly: the capstone, seconds a notebook)?"""
+    return any(check.costly for check in chapter_checks(chapter_id).CHECKS.values())
+
+
 def run_check(chapter_id: str, grade_id: str, answer, seed=None, device=None):
     """Run the hidden check of one graded cell in this process: what every notebook's hidden-tests cell does
     (`run_check("02-qkv-attention", "stable_softmax_hidden", globals())` under plain `nbgrader autograde`), and
