@@ -18,6 +18,7 @@ CHAPTER = "02-qkv-attention"
 def grade(submissions, workdir):
     done = run_python("-m", "autograder", "grade", str(submissions), "--workdir", str(workdir), "--device", "cpu",
                       "--seed", "3", timeout=900)
+    done.workdir = workdir  # where the run's last_run.json is
     rows = {}
     with (workdir / "summary.csv").open(encoding="utf-8") as f:
         for row in csv.DictReader(f):
@@ -86,6 +87,14 @@ def test_the_run_does_not_call_a_notebook_graded_that_could_not_be(graded):
     assert statuses.count("invalid") == 1 and statuses.count("graded") == 5, statuses
     assert "6 notebook(s) graded" not in done.stdout, done.stdout[-1500:]
     assert "6 notebook(s) run through the grader" in done.stdout, done.stdout[-1500:]
+    # The grading phase is timed from the first notebooks handed to the workers; the wait for the workers before it
+    # (the embedded cluster's start) is recorded apart, and the output says both as last_run.json holds them.
+    run = json.loads((done.workdir / "last_run.json").read_text())
+    assert run["seconds"] > 0 and run["waited_for_workers_s"] >= 0, run
+    said = f"run through the grader in {run['seconds']:.1f} s"
+    assert said in done.stdout, (said, done.stdout[-1500:])
+    if run["waited_for_workers_s"] >= 0.05:
+        assert f"after {run['waited_for_workers_s']:.1f} s waiting for the workers to start" in done.stdout, done.stdout[-1500:]
     assert "This run: 5 notebook(s) graded, 1 could not be graded" in done.stdout, done.stdout[-1500:]
 
 

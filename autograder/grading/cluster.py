@@ -548,13 +548,9 @@ def grade_all(subs, settings, workdir: Path, *, scheduler=None, workers=None, st
         pending = {}  # future key -> (future, submission, job)
         finished = queue.Queue()
         waiting_since = None
-        while todo or pending:
-            if grading.client.status not in ("running", "connecting"):  # the scheduler is gone for good
-                for future, sub, job in pending.values():
-                    yield sub, _failure(job, None, lost=True)
-                for sub in todo:
-                    yield sub, _failure(make_job(workdir, sub, settings, chapter_files), None, lost=True)
-                return
+
+        def hand_out():
+            """Hand out jobs up to what the workers can run at once; none once stop() is true."""
             capacity = grading.capacity() if todo and not stop() else 0
             while todo and len(pending) < capacity and not stop():
                 sub = todo.pop(0)
@@ -564,6 +560,15 @@ def grade_all(subs, settings, workdir: Path, *, scheduler=None, workers=None, st
                 future = grading.submit(job)
                 pending[future.key] = (future, sub, job)
                 future.add_done_callback(finished.put)
+
+        while todo or pending:
+            if grading.client.status not in ("running", "connecting"):  # the scheduler is gone for good
+                for future, sub, job in pending.values():
+                    yield sub, _failure(job, None, lost=True)
+                for sub in todo:
+                    yield sub, _failure(make_job(workdir, sub, settings, chapter_files), None, lost=True)
+                return
+            hand_out()
             if started is not None and pending:
                 started()
                 started = None
@@ -608,4 +613,7 @@ def grade_all(subs, settings, workdir: Path, *, scheduler=None, workers=None, st
                         continue
                 result = _failure(job, exc)
             future.release()
+            # The freed worker gets its next notebook before the caller records this one (the gradebook's transaction,
+            # the saved result: tens of milliseconds in which the worker would otherwise wait).
+            hand_out()
             yield sub, result

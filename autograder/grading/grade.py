@@ -569,7 +569,10 @@ def _keep_time_of(sub, intake_record: dict, workdir: Path):
 def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, workers, releases, options: GradeOptions, changes, out,
                 early=None):
     """Grade the notebooks on the cluster; save each result at once and record it in the gradebook (this process is
-    its one writer). Returns (results, unsaved, reviews, interrupted, seconds); the gradebook stays open for _finish."""
+    its one writer). Returns (results, unsaved, reviews, interrupted, (waited, seconds)): the seconds spent waiting for the
+    workers to be ready (the embedded cluster's start, where its workers are still importing or starting their templates)
+    and the seconds of grading, from the first notebooks handed to the workers to the last result; the gradebook stays
+    open for _finish."""
     gradebook = _connect(found.db_url, workdir)
     reviews = _record_saved(gradebook, workdir)
     reports.add_students(gradebook, {k.student for k in found.selected_skipped if k.status not in ("refused", "stray")})
@@ -577,12 +580,14 @@ def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, wo
     results = dict(done)
     unsaved = []
     start = time.perf_counter()
+    handed_out = []  # when the first notebooks were handed to the workers
     interrupted = []
     previous_handler = signal.signal(signal.SIGINT, lambda s, f: _request_stop(interrupted))
     progress = tqdm(total=len(todo), desc="grading", unit="notebook", file=sys.stderr, disable=None)
 
     def announce():
         # Said once the first notebooks are handed to the workers: a Ctrl-C from now on finishes them.
+        handed_out.append(time.perf_counter())
         print("Grading now (Ctrl-C stops after the notebooks in progress and keeps everything finished).", file=out, flush=True)
 
     try:
@@ -617,7 +622,9 @@ def _grade_jobs(workdir: Path, found: _Found, todo, done, settings: Settings, wo
     finally:
         signal.signal(signal.SIGINT, previous_handler)
         progress.close()
-    elapsed = time.perf_counter() - start
+    end = time.perf_counter()
+    first = handed_out[0] if handed_out else end
+    elapsed = (first - start, end - first)
     try:
         apply_due_dates(gradebook, found.settings_file, [s for s in found.selected if (s.student, s.chapter) in results])
     finally:
@@ -641,9 +648,11 @@ def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, inter
     outcome.skipped = found.selected_skipped
     outcome.interrupted = bool(interrupted)
     graded_now = len(results) - len(done)
+    waited_s, grading_s = elapsed
     starts = _starts(outcome, done)
     rows = rebuild_reports(workdir, api, unsaved, dict(
-        seed=settings.seed, device=settings.device, sandbox=mode, workers=workers, scheduler=options.scheduler or "embedded", gradebook=gradebook_db.describe(found.db_url), notebooks=len(outcome), graded_now=graded_now, seconds=elapsed,
+        seed=settings.seed, device=settings.device, sandbox=mode, workers=workers, scheduler=options.scheduler or "embedded", gradebook=gradebook_db.describe(found.db_url), notebooks=len(outcome), graded_now=graded_now, seconds=grading_s,
+        waited_for_workers_s=waited_s,
         limits=vars(limits), memory=sandbox.describe_memory(limits) if mode != "none" else "", course_config=str(found.settings_file.path or ""), selection={"only": sorted(options.only or []), "chapters": sorted(options.chapters or [])},
         this_run={"graded": sum(r.status == "graded" for r in outcome), "not_graded": [f"{r.student}/{r.chapter}: {r.status}" for r in outcome if r.status != "graded"],
                   "skipped": [k.to_json() for k in found.selected_skipped], "ignored": found.ignored, "not_selected": len(found.subs) - len(selected)},
@@ -651,8 +660,9 @@ def _finish(workdir: Path, found: _Found, results, done, unsaved, reviews, inter
     ), out)
     changes.write_csv(workdir / CHANGES_FILE)
     if graded_now > 0:
-        print(f"\n{graded_now} notebook(s) run through the grader in {elapsed:.1f} s ({elapsed / graded_now:.2f} s per notebook, "
-              f"{_who(workers, options)}); how many of them were graded is below.", file=out)
+        waited = f", after {waited_s:.1f} s waiting for the workers to start" if waited_s >= 0.05 else ""
+        print(f"\n{graded_now} notebook(s) run through the grader in {grading_s:.1f} s ({grading_s / graded_now:.2f} s per notebook, "
+              f"{_who(workers, options)}{waited}); how many of them were graded is below.", file=out)
         cold = ", ".join(f"{n} {why}" for why, n in starts["cold"].items())
         print(f"Start-up: {starts['warm']} notebook(s) forked from a warm template"
               + (f", {sum(starts['cold'].values())} started cold ({cold})" if cold else "") + ".", file=out)
