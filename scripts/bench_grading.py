@@ -119,7 +119,10 @@ def _pool_job(args):
 
 def pool_grade_all(subs, settings, workdir, *, scheduler=None, workers=None, stop=lambda: False, before_submit=None, started=None, out=sys.stdout,
                    early=None):
-    """cluster.grade_all's contract on a forkserver ProcessPoolExecutor writing into the workdir directly."""
+    """cluster.grade_all's contract on a forkserver ProcessPoolExecutor writing into the workdir directly. The embedded
+    cluster grade() began early is stopped at once: this run measures the grader without it."""
+    if early is not None:
+        early.close()
     workers = workers or os.cpu_count() or 1
     with ProcessPoolExecutor(max_workers=workers, initializer=_pool_init, mp_context=multiprocessing.get_context("forkserver")) as pool:
         todo, pending = list(subs), {}
