@@ -467,14 +467,23 @@ def test_search_snippets_show_formulas_as_text(site, browser):
 
 @needs_browser
 def test_search_results_show_no_raw_tex(site, browser):
-    """A real search: the result titles and snippets of pages full of formulas contain no TeX source."""
+    """A real search: the result titles and snippets of pages full of formulas contain no TeX source. Sphinx adds the
+    results one at a time (5 ms apart) and fetches each snippet on its own, so the wait is for its status line saying
+    the search finished and then for every result's snippet (a slow machine once had the first result's snippet
+    before the second result was listed)."""
     server, _ = site
     browser.open(server.url + "search.html?q=vanishing+gradients", "desktop")
     results = browser.call("Runtime.evaluate", session=True, returnByValue=True, awaitPromise=True, timeout=60,
                            expression="""new Promise((resolve) => {
         const done = () => {
+          const status = document.querySelector(".search-summary");
+          const finished = status && /Search finished|did not match/.test(status.textContent);
           const items = [...document.querySelectorAll("ul.search li")];
-          if (items.length && items.every((li) => li.querySelector(".context"))) {
+          if (finished && !items.length) {
+            resolve([]);
+            return true;
+          }
+          if (finished && items.every((li) => li.querySelector(".context"))) {
             resolve(items.map((li) => li.textContent));
             return true;
           }
