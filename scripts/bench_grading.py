@@ -171,7 +171,7 @@ def run_ours(submissions: Path, workdir: Path, workers: int, pool=False, cold=Fa
         raise SystemExit(f"{' '.join(command[:3])} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     run = json.loads((workdir / "last_run.json").read_text())
     results = [result for result, _ in reports.load_results(workdir).values()]
-    return {"total": total, "grading": run["seconds"], "waited": run.get("waited_for_workers_s", 0.0), "results": results,
+    return {"total": total, "grading": run["seconds"], "waited": run["waited_for_workers_s"], "results": results,
             "scores": {(r.student, r.chapter): r.score for r in results}}
 
 
